@@ -1,0 +1,48 @@
+"""Scheduling steps shared by several policies (each small, each a vLLM idiom)."""
+
+from __future__ import annotations
+
+from simulator.request import Request
+
+
+def grow_decodes(replica) -> bool:
+    """Give every decode-set member the KV it needs for the next decode step.
+
+    When the allocator says no, preempt the newest running request (vLLM's recompute policy:
+    the last admitted loses its cache and goes back to the front of ``waiting``), until the
+    allocation succeeds or the request itself was the victim. Returns True if any decode
+    remains to run.
+    """
+    d, kv = replica.decoding, replica.kv
+    for req in d.pop_due_growth():
+        if req._dset is None:  # preempted as a victim earlier in this loop
+            continue
+        while not kv.allocate(req, req.num_computed + 1):
+            victim = newest_running(replica)
+            replica.preempt(victim)
+            if victim is req:
+                break
+        else:
+            d.set_capacity(req, kv.capacity(req))
+    return len(d) > 0
+
+
+def newest_running(replica) -> Request:
+    return next(reversed(replica.running.values()))
+
+
+def too_long(replica, req: Request, max_tokens: int, reserve_blocks: int = 0) -> str | None:
+    """Reason to reject a request that this engine can never run, else None.
+
+    ``reserve_blocks`` are blocks the policy keeps free (watermark): a request needing more than
+    the rest could never be admitted, and would block the queue forever.
+    """
+    total = req.num_prompt_tokens + req.max_output_tokens
+    if total > replica.policy.engine["max_model_len"]:
+        return f"prompt+output {total} > max_model_len {replica.policy.engine['max_model_len']}"
+    if req.num_prompt_tokens > max_tokens:
+        return f"prompt {req.num_prompt_tokens} > max_num_batched_tokens {max_tokens}"
+    need = -(-total // replica.kv.block_size)
+    if need + reserve_blocks > replica.kv.num_blocks:
+        return f"needs {need} KV blocks > {replica.kv.num_blocks - reserve_blocks} usable"
+    return None

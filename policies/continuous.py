@@ -1,0 +1,85 @@
+"""Continuous batching (Orca's iteration-level scheduling, as vLLM v0 runs it).
+
+Every step the scheduler looks again: a request leaves the batch the step it finishes and its
+slot and KV blocks go to the next waiting request at once.
+
+Each step is either
+* a prefill step: waiting prompts (FCFS, the front first) are admitted whole while
+  ``len(running) < max_num_seqs``, their tokens fit in ``max_num_batched_tokens`` and the paged
+  KV cache can hold them while keeping ``watermark`` of its blocks free; decodes pause for it
+  (the stall that chunked prefill removes); or
+* a decode step: every running request emits one token. Before it, each request that crosses a
+  block boundary gets a block; when none is left the newest running request is preempted
+  (recompute: its KV is dropped and it re-enters ``waiting`` at the front).
+
+A request longer than the engine can ever hold (``max_model_len``, ``max_num_batched_tokens``,
+or the whole KV cache) is rejected with its reason, never dropped silently.
+"""
+
+from __future__ import annotations
+
+from policies.base import Policy
+from policies.common import grow_decodes, too_long
+from simulator.cfg import Section
+from simulator.plan import DECODE, IDLE, StepPlan
+
+
+class ContinuousBatching(Policy):
+    name = "continuous"
+
+    def __init__(self, sec: Section, engine: dict):
+        super().__init__(sec, engine)
+        self.max_num_seqs = sec.int("max_num_seqs", 256, min=1)
+        max_len = engine["max_model_len"]
+        self.max_num_batched_tokens = sec.int("max_num_batched_tokens", max(8192, max_len), min=1)
+        if self.max_num_batched_tokens < max_len:
+            # without chunking a whole prompt (or a recompute of prompt + output) runs in one
+            # step, so a smaller budget could strand a request forever (vLLM refuses it too)
+            raise sec.error(
+                "max_num_batched_tokens",
+                f"expected >= max_model_len {max_len} without chunked prefill, "
+                f"got {self.max_num_batched_tokens}",
+            )
+        self.watermark = sec.num("watermark", 0.01, min=0, max=0.5)
+        self._watermark_blocks = int(self.watermark * engine["num_blocks"])
+
+    def params(self) -> dict:
+        return {
+            "max_num_seqs": self.max_num_seqs,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "watermark": self.watermark,
+        }
+
+    def schedule(self, replica, now: float) -> StepPlan:
+        chunks = self._admit_prefills(replica, now)
+        if chunks:
+            return StepPlan(chunks=tuple(chunks))
+        if replica.decoding and grow_decodes(replica):
+            return DECODE
+        return IDLE
+
+    def _admit_prefills(self, replica, now: float) -> list:
+        waiting, kv = replica.waiting, replica.kv
+        budget = self.max_num_batched_tokens
+        chunks = []
+        while waiting and len(replica.running) < self.max_num_seqs:
+            req = waiting[0]
+            if req.num_preemptions == 0 and req.first_scheduled_s is None:
+                reason = too_long(
+                    replica, req, self.max_num_batched_tokens, self._watermark_blocks
+                )
+                if reason:
+                    waiting.popleft()
+                    replica.reject(req, reason, now)
+                    continue
+            n = req.num_pending
+            if n > budget:
+                break
+            if not kv.can_allocate(req, req.num_tokens, self._watermark_blocks):
+                break
+            waiting.popleft()
+            kv.allocate(req, req.num_tokens)
+            replica.admit(req, now)
+            chunks.append((req, n))
+            budget -= n
+        return chunks

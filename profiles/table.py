@@ -1,0 +1,234 @@
+"""The on-disk format of a step-latency table, and its strict reader.
+
+A table lives in ``profiles/<gpu>/<model>_tp<k>/`` and holds one CSV per op family plus
+``meta.yaml``. Times are microseconds (``*_us``); each measured row keeps the median and the p10 /
+p90 spread over repeats. All shapes are per GPU (TP-sharded). Schema (version 1):
+
+* ``gemm.csv``         op (qkv|o|gate_up|down|lm_head), tokens, n, k, median_us, p10_us, p90_us
+* ``attn_prefill.csv`` seqs, chunk, context_before, median_us, p10_us, p90_us  (one layer, causal)
+* ``attn_decode.csv``  batch, total_ctx, uneven, causal, median_us, p10_us, p90_us (one layer)
+* ``elementwise.csv``  op (rmsnorm|rotary|silu_mul|embed|sampling), tokens, median_us, p10_us,
+                       p90_us
+* ``allreduce.csv``    tp, tokens, bytes, median_us, p10_us, p90_us  (only where measured)
+* ``steps.csv``        step_id, kind (decode|mixed), cuda_graph, prefill_tokens, prefill_attn,
+                       prefill_seqs, decode_seqs, decode_ctx, split (train|test), median_us,
+                       p10_us, p90_us, includes_allreduce
+
+Invariants: every file named above except allreduce.csv exists; every CSV has at least its
+required columns, numbers where numbers are expected, and no negative times; ``meta.yaml`` names
+the model, the TP degree and ``schema_version: 1``. Anything else is a `ConfigError` naming the
+file and the column or field, because a table is user input (it may come from another machine).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from dataclasses import dataclass, field
+
+from simulator.errors import ConfigError
+
+SCHEMA_VERSION = 1
+
+TIME_COLS = ("median_us", "p10_us", "p90_us")
+
+SCHEMA: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    # file: (numeric columns, text columns)
+    "gemm.csv": (("tokens", "n", "k") + TIME_COLS, ("op",)),
+    "attn_prefill.csv": (("seqs", "chunk", "context_before") + TIME_COLS, ()),
+    "attn_decode.csv": (("batch", "total_ctx", "uneven", "causal") + TIME_COLS, ()),
+    "elementwise.csv": (("tokens",) + TIME_COLS, ("op",)),
+    "allreduce.csv": (("tp", "tokens", "bytes") + TIME_COLS, ()),
+    "steps.csv": (
+        (
+            "step_id",
+            "cuda_graph",
+            "prefill_tokens",
+            "prefill_attn",
+            "prefill_seqs",
+            "decode_seqs",
+            "decode_ctx",
+            "includes_allreduce",
+        )
+        + TIME_COLS,
+        ("kind", "split"),
+    ),
+}
+OPTIONAL_FILES = ("allreduce.csv",)
+GEMM_OPS = ("qkv", "o", "gate_up", "down", "lm_head")
+ELEMENTWISE_OPS = ("rmsnorm", "rotary", "silu_mul", "embed", "sampling")
+
+META_REQUIRED = ("schema_version", "gpu", "model", "tp", "dtype", "attention_backend")
+
+
+@dataclass
+class Table:
+    """A loaded table: rows per CSV (dicts of floats / strings) and the parsed meta.yaml."""
+
+    path: str
+    meta: dict
+    rows: dict[str, list[dict]] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """``<gpu>/<model>_tp<k>`` as used in the latency model's name."""
+        gpu = str(self.meta.get("gpu", {}).get("key", "gpu"))
+        return f"{gpu}/{self.meta['model']['name']}_tp{self.meta['tp']}"
+
+
+def _num(value: str, where: str, key: str) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(where, key, f"expected a number, got {value!r}") from None
+    if math.isnan(x) or math.isinf(x):
+        raise ConfigError(where, key, f"expected a finite number, got {value!r}")
+    return x
+
+
+def read_csv(path: str, name: str) -> list[dict]:
+    """Read one CSV of the schema; raise ConfigError naming the file and the bad column."""
+    numeric, text = SCHEMA[name]
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            header = reader.fieldnames or []
+            for col in numeric + text:
+                if col not in header:
+                    raise ConfigError(path, col, "required column is missing")
+            rows = []
+            for i, raw in enumerate(reader, start=2):
+                row: dict = {}
+                for col in numeric:
+                    row[col] = _num(raw.get(col), path, f"{col} (line {i})")
+                for col in text:
+                    v = raw.get(col)
+                    if v is None or v == "":
+                        raise ConfigError(path, f"{col} (line {i})", "expected a value")
+                    row[col] = v
+                for col in TIME_COLS:
+                    if row[col] < 0:
+                        raise ConfigError(path, f"{col} (line {i})", "time must be >= 0")
+                rows.append(row)
+    except OSError as e:
+        raise ConfigError(path, "", f"cannot read table file: {e.strerror}") from None
+    return rows
+
+
+def read_meta(path: str) -> dict:
+    import yaml
+
+    try:
+        with open(path) as f:
+            meta = yaml.safe_load(f)
+    except OSError as e:
+        raise ConfigError(path, "", f"cannot read table metadata: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(path, "", f"not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(meta, dict):
+        raise ConfigError(path, "<top>", "expected a mapping")
+    for key in META_REQUIRED:
+        if key not in meta:
+            raise ConfigError(path, key, "required field is missing")
+    if meta["schema_version"] != SCHEMA_VERSION:
+        raise ConfigError(
+            path, "schema_version", f"expected {SCHEMA_VERSION}, got {meta['schema_version']!r}"
+        )
+    if not isinstance(meta["model"], dict) or "name" not in meta["model"]:
+        raise ConfigError(path, "model.name", "required field is missing")
+    if not isinstance(meta["tp"], int) or isinstance(meta["tp"], bool) or meta["tp"] < 1:
+        raise ConfigError(path, "tp", f"expected a positive integer, got {meta['tp']!r}")
+    if not isinstance(meta["gpu"], dict) or "key" not in meta["gpu"]:
+        raise ConfigError(path, "gpu.key", "required field is missing")
+    return meta
+
+
+def load_table(table_dir: str, *, require_steps: bool = True) -> Table:
+    """Load and validate every file of a table directory (no interpretation beyond the schema)."""
+    if not os.path.isdir(table_dir):
+        raise ConfigError(table_dir, "", "table directory does not exist")
+    meta = read_meta(os.path.join(table_dir, "meta.yaml"))
+    table = Table(path=table_dir, meta=meta)
+    for name in SCHEMA:
+        p = os.path.join(table_dir, name)
+        if not os.path.exists(p):
+            if name in OPTIONAL_FILES or (name == "steps.csv" and not require_steps):
+                table.rows[name] = []
+                continue
+            raise ConfigError(p, "", "required table file is missing")
+        table.rows[name] = read_csv(p, name)
+    for row in table.rows["gemm.csv"]:
+        if row["op"] not in GEMM_OPS:
+            raise ConfigError(
+                os.path.join(table_dir, "gemm.csv"), "op", f"unknown op {row['op']!r}"
+            )
+    for name, need in (("gemm.csv", GEMM_OPS), ("elementwise.csv", ("rmsnorm", "silu_mul"))):
+        have = {r["op"] for r in table.rows[name]}
+        for op in need:
+            if op not in have:
+                raise ConfigError(os.path.join(table_dir, name), "op", f"no rows for op {op!r}")
+    for name in ("attn_prefill.csv", "attn_decode.csv"):
+        if not table.rows[name]:
+            raise ConfigError(os.path.join(table_dir, name), "", "table has no rows")
+    return table
+
+
+# ---- writing (used by the profiler; append-only so that an interrupted run resumes) --------
+
+
+def csv_columns(name: str) -> list[str]:
+    numeric, text = SCHEMA[name]
+    order = {
+        "gemm.csv": ["op", "tokens", "n", "k"],
+        "elementwise.csv": ["op", "tokens"],
+        "steps.csv": [
+            "step_id",
+            "kind",
+            "cuda_graph",
+            "prefill_tokens",
+            "prefill_attn",
+            "prefill_seqs",
+            "decode_seqs",
+            "decode_ctx",
+            "includes_allreduce",
+            "split",
+        ],
+    }.get(name)
+    if order is None:
+        order = [c for c in numeric if c not in TIME_COLS]
+    return order + list(TIME_COLS)
+
+
+def append_row(table_dir: str, name: str, row: dict) -> None:
+    """Append one measured row (writing the header first if the file is new); flushes at once."""
+    path = os.path.join(table_dir, name)
+    cols = csv_columns(name)
+    new = not os.path.exists(path) or os.path.getsize(path) == 0
+    with open(path, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+        if new:
+            w.writeheader()
+        out = {}
+        for c in cols:
+            v = row[c]
+            out[c] = f"{v:.3f}" if isinstance(v, float) and c in TIME_COLS else v
+        w.writerow(out)
+
+
+def done_keys(table_dir: str, name: str, key_cols: tuple[str, ...]) -> set[tuple]:
+    """Keys of the rows already written (for --resume); a malformed file is an error."""
+    path = os.path.join(table_dir, name)
+    if not os.path.exists(path) or os.path.getsize(path) == 0:
+        return set()
+    rows = read_csv(path, name)
+    out = set()
+    for r in rows:
+        out.add(tuple(_key_val(r[c]) for c in key_cols))
+    return out
+
+
+def _key_val(v):
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v

@@ -1,0 +1,489 @@
+"""A random-weight Llama-architecture forward that runs real engine steps on a GPU.
+
+`StepRunner` executes one engine step (prefill chunks + decodes in one batch) the way a serving
+engine does it, and returns its GPU time. It is used to measure whole steps for calibrating and
+checking the profiled latency model, and is meant to be reused by a real-GPU executor.
+
+What one step does (per layer): RMSNorm -> fused QKV GEMM (+bias for Qwen) -> rotary -> write the
+new K/V into the KV cache at their slots -> FlashAttention (``torch.nn.attention.varlen``): one
+causal call over all prefill chunks (queries attend to cached context + themselves) and one
+NON-causal call over all decodes (query length 1; the causal flag would pick a slower kernel path
+for the same result) -> O GEMM -> residual add -> RMSNorm -> fused gate/up GEMM -> SiLU-mul -> down
+GEMM -> residual add. Then final RMSNorm and the LM head on the last token of each sequence, and
+greedy sampling (softmax + argmax over the vocabulary shard).
+
+KV cache: paged (``[num_blocks, block_size, kv_heads, head_dim]`` per layer, block tables) when
+the installed torch's ``varlen_attn`` takes ``block_table``; otherwise contiguous (sequences
+packed back to back in a per-layer pool each step). ``kv_layout`` says which.
+
+Weights are random (timing does not depend on their values) and distinct per layer when they fit
+in GPU memory, so every layer reads its own weights from HBM; else layers share one weight set
+(``shared_weights`` is True, and the caller must say so).
+
+Tensor parallelism: with ``tp > 1`` on one GPU, the runner computes ONE GPU's shard (heads,
+kv heads, intermediate size and vocabulary divided by tp) and performs no all-reduce; the latency
+model adds all-reduce time from its own table.
+
+Timing (``run_step``): CUDA events recorded around the host-to-device copies of the step's
+metadata, the forward and sampling. Included: GPU time and any GPU idle time caused by Python /
+kernel-launch overhead of the forward (eager mode). Not included: the scheduler's host work,
+building the Python lists, detokenization, and overlap with the next step. Decode-only steps run
+as CUDA graphs captured per padded batch size (as vLLM does) when ``use_cuda_graphs``; mixed steps
+run eagerly.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+CAPTURE_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+def varlen_features() -> dict:
+    """What this torch's varlen_attn accepts (paged KV, GQA flag, causal spelling)."""
+    from torch.nn.attention import varlen
+
+    params = inspect.signature(varlen.varlen_attn).parameters
+    return {
+        "signature": str(inspect.signature(varlen.varlen_attn)),
+        "paged": "block_table" in params and "seqused_k" in params,
+        "gqa_flag": "enable_gqa" in params,
+        "window": "window_size" in params,
+        "is_causal": "is_causal" in params,
+    }
+
+
+def make_attn(feat: dict):
+    """Return ``attn(q, k, v, cu_q, cu_k, max_q, max_k, causal, seqused_k, block_table)``."""
+    from torch.nn.attention.varlen import varlen_attn
+
+    def attn(q, k, v, cu_q, cu_k, max_q, max_k, causal, seqused_k=None, block_table=None):
+        kw = {}
+        if feat["window"]:
+            kw["window_size"] = (-1, 0) if causal else (-1, -1)
+        elif feat["is_causal"]:
+            kw["is_causal"] = causal
+        if feat["gqa_flag"]:
+            kw["enable_gqa"] = True
+        if block_table is not None:
+            kw["block_table"] = block_table
+            kw["seqused_k"] = seqused_k
+        return varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, **kw)
+
+    return attn
+
+
+class StepRunner:
+    """Runs engine steps of a random-weight model on one GPU; see the module docstring.
+
+    ``run_step(prefills, decodes, block_tables=None) -> seconds`` where ``prefills`` is a list of
+    ``(seq_slot, chunk_len, context_before)`` and ``decodes`` a list of ``(seq_slot,
+    context_len)`` (context_len counts the cached tokens the new token attends to, itself
+    included). ``block_tables`` maps seq_slot -> list of block ids (paged layout only); when
+    absent, blocks are assigned from a shuffled free list, different each step.
+    """
+
+    def __init__(
+        self,
+        model_spec,
+        tp: int = 1,
+        dtype: str = "bfloat16",
+        num_blocks: int | None = None,
+        block_size: int = 16,
+        max_seqs: int = 256,
+        use_cuda_graphs: bool = True,
+        max_tokens: int = 16384,
+        max_model_len: int | None = None,
+        kv_cache_gib: float | None = None,
+        headroom_gib: float = 10.0,
+        seed: int = 0,
+        layout: str = "auto",
+    ):
+        import torch
+
+        self.torch = torch
+        self.spec = model_spec
+        self.tp = tp
+        self.dtype = getattr(torch, dtype)
+        self.dev = torch.device("cuda")
+        self.block_size = block_size
+        self.max_seqs = max_seqs
+        self.max_tokens = max_tokens
+        self.use_cuda_graphs = use_cuda_graphs
+        self.max_model_len = max_model_len or getattr(model_spec, "max_model_len", 131072)
+        self.gen = torch.Generator(device="cuda")
+        self.gen.manual_seed(seed)
+        s = model_spec
+        self.L = s.num_layers
+        self.H = max(1, s.num_heads // tp)
+        self.KVH = max(1, s.num_kv_heads // tp)
+        self.D = s.head_dim
+        self.hidden = s.hidden_size
+        self.inter = s.intermediate_size // tp
+        self.vocab = math.ceil(s.vocab_size / tp)
+        self.qkv_out = (self.H + 2 * self.KVH) * self.D
+        feat = varlen_features()
+        self.varlen = feat
+        self.paged = feat["paged"] if layout == "auto" else layout == "paged"
+        self.attn = make_attn(feat)
+        self.kv_layout = "paged" if self.paged else "contiguous"
+        torch.manual_seed(seed)
+        self._alloc_weights(headroom_gib)
+        self._alloc_kv(num_blocks, kv_cache_gib, headroom_gib)
+        half = self.D // 2
+        inv = 1.0 / (500000.0 ** (torch.arange(0, half, device=self.dev).float() / half))
+        pos = torch.arange(self.max_model_len + 1, device=self.dev).float()
+        freqs = torch.outer(pos, inv)
+        self.cos = freqs.cos().to(self.dtype)
+        self.sin = freqs.sin().to(self.dtype)
+        self._rng_blocks = torch.randperm(self.num_blocks, generator=None).tolist()
+        self._block_cursor = 0
+        self.graphs: dict[int, tuple] = {}
+        self._pool = None
+        self.step_calls = 0
+        if self.paged and not self._paged_selfcheck():
+            self.paged = False
+            self.kv_layout = "contiguous (paged self-check failed)"
+            del self.kv
+            torch.cuda.empty_cache()
+            self._alloc_kv(None, kv_cache_gib, headroom_gib)
+
+    # ---- memory -------------------------------------------------------------------------------
+
+    def _rand(self, *shape, scale=0.02):
+        t = self.torch.randn(*shape, device=self.dev, dtype=self.dtype, generator=self.gen)
+        return t.mul_(scale)
+
+    def _alloc_weights(self, headroom_gib: float) -> None:
+        torch = self.torch
+        per_layer = (
+            self.hidden * self.qkv_out
+            + self.H * self.D * self.hidden
+            + self.hidden * 2 * self.inter
+            + self.inter * self.hidden
+        ) * 2
+        free, _ = torch.cuda.mem_get_info()
+        need = per_layer * self.L + 2 * self.vocab * self.hidden * 2
+        self.shared_weights = need > free - (headroom_gib + 4) * 2**30
+        n_sets = 1 if self.shared_weights else self.L
+        self.layers = []
+        bias = getattr(self.spec, "qkv_bias", False)
+        for _ in range(n_sets):
+            self.layers.append(
+                {
+                    "ln1": 1.0 + self._rand(self.hidden),
+                    "ln2": 1.0 + self._rand(self.hidden),
+                    "qkv": self._rand(self.qkv_out, self.hidden),
+                    "qkv_b": self._rand(self.qkv_out) if bias else None,
+                    "o": self._rand(self.hidden, self.H * self.D),
+                    "gate_up": self._rand(2 * self.inter, self.hidden),
+                    "down": self._rand(self.hidden, self.inter),
+                }
+            )
+        self.embed = self._rand(self.vocab, self.hidden, scale=1.0)
+        self.final_ln = 1.0 + self._rand(self.hidden)
+        self.lm_head = self._rand(self.vocab, self.hidden)
+        self.weight_bytes = need
+
+    def _alloc_kv(self, num_blocks, kv_cache_gib, headroom_gib) -> None:
+        torch = self.torch
+        per_token = 2 * self.KVH * self.D * 2 * self.L
+        if num_blocks is None:
+            if kv_cache_gib is None:
+                free, _ = torch.cuda.mem_get_info()
+                kv_cache_gib = max(1.0, free / 2**30 - headroom_gib)
+            num_blocks = int(kv_cache_gib * 2**30 // (per_token * self.block_size))
+        self.num_blocks = num_blocks
+        self.capacity_tokens = num_blocks * self.block_size
+        if self.paged:
+            shape = (self.L, 2, num_blocks, self.block_size, self.KVH, self.D)
+        else:
+            shape = (self.L, 2, self.capacity_tokens, self.KVH, self.D)
+        self.kv = torch.empty(shape, device=self.dev, dtype=self.dtype)
+        # random contents (never zeros); one layer at a time to bound the temporary
+        for layer in range(self.L):
+            self.kv[layer].normal_(generator=self.gen)
+
+    # ---- metadata -----------------------------------------------------------------------------
+
+    def _take_blocks(self, n: int) -> list[int]:
+        if n > self.num_blocks:
+            raise ValueError(f"step needs {n} KV blocks, cache has {self.num_blocks}")
+        out = []
+        while len(out) < n:
+            take = min(n - len(out), self.num_blocks - self._block_cursor)
+            out.extend(self._rng_blocks[self._block_cursor : self._block_cursor + take])
+            self._block_cursor = (self._block_cursor + take) % self.num_blocks
+        return out
+
+    def _metadata(self, prefills, decodes, block_tables):
+        """Host-side lists for one step: token layout is [decodes..., prefill chunks...]."""
+        bs = self.block_size
+        seqs = [(slot, 1, ctx - 1) for slot, ctx in decodes] + [
+            (slot, c, b) for slot, c, b in prefills
+        ]
+        positions, slots, kv_lens, tables = [], [], [], []
+        cursor = 0
+        total_blocks = sum(-(-(c + b) // bs) for _, c, b in seqs)
+        fresh = self._take_blocks(total_blocks) if self.paged and not block_tables else None
+        fpos = 0
+        for slot, c, b in seqs:
+            n = c + b
+            kv_lens.append(n)
+            positions.extend(range(b, n))
+            if self.paged:
+                nb = -(-n // bs)
+                if block_tables:
+                    blocks = list(block_tables[slot])[:nb]
+                    if len(blocks) < nb:
+                        raise ValueError(f"block table of slot {slot} has {len(blocks)} < {nb}")
+                else:
+                    blocks = fresh[fpos : fpos + nb]
+                    fpos += nb
+                tables.append(blocks)
+                slots.extend(blocks[p // bs] * bs + p % bs for p in range(b, n))
+            else:
+                slots.extend(range(cursor + b, cursor + n))
+                cursor += n
+        if not self.paged and cursor > self.capacity_tokens:
+            raise ValueError(f"step needs {cursor} KV tokens, pool has {self.capacity_tokens}")
+        return seqs, positions, slots, kv_lens, tables
+
+    # ---- the forward --------------------------------------------------------------------------
+
+    def _rotary(self, x, cos, sin):
+        half = self.D // 2
+        x1, x2 = x[..., :half], x[..., half:]
+        return self.torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+    def _forward(self, ids, pos, slots, logit_rows, dec, pre):
+        """One step on device tensors. ``dec``/``pre`` hold attention metadata or None."""
+        torch, F = self.torch, self.torch.nn.functional
+        x = self.embed[ids]
+        residual = x
+        cos = self.cos[pos].unsqueeze(1)
+        sin = self.sin[pos].unsqueeze(1)
+        n_dec = dec["n"] if dec else 0
+        qs = self.H * self.D
+        ks = self.KVH * self.D
+        for layer in range(self.L):
+            w = self.layers[0 if self.shared_weights else layer]
+            h = F.rms_norm(residual, (self.hidden,), w["ln1"], 1e-5)
+            qkv = F.linear(h, w["qkv"], w["qkv_b"])
+            q = qkv[:, :qs].view(-1, self.H, self.D)
+            k = qkv[:, qs : qs + ks].view(-1, self.KVH, self.D)
+            v = qkv[:, qs + ks :].view(-1, self.KVH, self.D)
+            q = self._rotary(q, cos, sin)
+            k = self._rotary(k, cos, sin)
+            kc = self.kv[layer, 0]
+            vc = self.kv[layer, 1]
+            kflat = kc.view(-1, self.KVH, self.D)
+            vflat = vc.view(-1, self.KVH, self.D)
+            kflat.index_copy_(0, slots, k)
+            vflat.index_copy_(0, slots, v)
+            outs = []
+            if dec:
+                outs.append(self._attn(q[:n_dec], kc, vc, dec, causal=False))
+            if pre:
+                outs.append(self._attn(q[n_dec:], kc, vc, pre, causal=True))
+            a = outs[0] if len(outs) == 1 else torch.cat(outs, 0)
+            o = F.linear(a.reshape(-1, qs), w["o"])
+            residual = residual + o
+            h = F.rms_norm(residual, (self.hidden,), w["ln2"], 1e-5)
+            gu = F.linear(h, w["gate_up"])
+            act = F.silu(gu[:, : self.inter]) * gu[:, self.inter :]
+            residual = residual + F.linear(act, w["down"])
+        last = F.rms_norm(residual[logit_rows], (self.hidden,), self.final_ln, 1e-5)
+        logits = F.linear(last, self.lm_head)
+        probs = torch.softmax(logits.float(), dim=-1)
+        return torch.argmax(probs, dim=-1)
+
+    def _attn(self, q, kc, vc, m, causal):
+        if self.paged:
+            return self.attn(
+                q, kc, vc, m["cu_q"], m["cu_k"], m["max_q"], m["max_k"], causal,
+                seqused_k=m["used"], block_table=m["table"],
+            )
+        return self.attn(q, kc, vc, m["cu_q"], m["cu_k"], m["max_q"], m["max_k"], causal)
+
+    def _attn_meta(self, seqs, kv_lens, tables, lo, hi, max_k=None):
+        """Attention metadata of seqs[lo:hi] (device tensors), or None when empty."""
+        torch = self.torch
+        if hi <= lo:
+            return None
+        qlens = [seqs[i][1] for i in range(lo, hi)]
+        klens = kv_lens[lo:hi]
+        cu_q = [0]
+        for n in qlens:
+            cu_q.append(cu_q[-1] + n)
+        if self.paged:
+            cu_k = [0]
+            for n in klens:
+                cu_k.append(cu_k[-1] + n)
+        else:  # contiguous: offsets of each sequence in the packed pool
+            start = sum(kv_lens[:lo])
+            cu_k = [start]
+            for n in klens:
+                cu_k.append(cu_k[-1] + n)
+        m = {
+            "n": hi - lo,
+            "cu_q": torch.tensor(cu_q, dtype=torch.int32, device=self.dev),
+            "cu_k": torch.tensor(cu_k, dtype=torch.int32, device=self.dev),
+            "max_q": max(qlens),
+            "max_k": max_k or max(klens),
+        }
+        if self.paged:
+            width = max(len(t) for t in tables[lo:hi])
+            rows = [t + [0] * (width - len(t)) for t in tables[lo:hi]]
+            m["table"] = torch.tensor(rows, dtype=torch.int32, device=self.dev)
+            m["used"] = torch.tensor(klens, dtype=torch.int32, device=self.dev)
+        return m
+
+    def _paged_selfcheck(self) -> bool:
+        """Paged varlen_attn must match the contiguous call on the same keys (else unsupported)."""
+        torch = self.torch
+        try:
+            bs, kvh, d, h = self.block_size, self.KVH, self.D, self.H
+            lens = [37, 5]
+            blocks = [[3, 1, 4], [2]]
+            kc = torch.randn(8, bs, kvh, d, device=self.dev, dtype=self.dtype)
+            vc = torch.randn_like(kc)
+            q = torch.randn(2, h, d, device=self.dev, dtype=self.dtype)
+            cu_q = torch.tensor([0, 1, 2], dtype=torch.int32, device=self.dev)
+            cu_k = torch.tensor([0, 37, 42], dtype=torch.int32, device=self.dev)
+            table = torch.tensor([[3, 1, 4], [2, 0, 0]], dtype=torch.int32, device=self.dev)
+            used = torch.tensor(lens, dtype=torch.int32, device=self.dev)
+            out = self.attn(q, kc, vc, cu_q, cu_k, 1, 37, False, seqused_k=used, block_table=table)
+            kk = torch.cat([kc[blocks[0]].reshape(-1, kvh, d)[:37], kc[2][:5]])
+            vv = torch.cat([vc[blocks[0]].reshape(-1, kvh, d)[:37], vc[2][:5]])
+            ref = self.attn(q, kk, vv, cu_q, cu_k, 1, 37, False)
+            err = (out.float() - ref.float()).norm() / ref.float().norm()
+            return bool(err < 1e-2)
+        except Exception:
+            return False
+
+    # ---- public -------------------------------------------------------------------------------
+
+    def prepare(self, prefills, decodes, block_tables=None):
+        """Device inputs of one step (host work outside the timed region)."""
+        torch = self.torch
+        seqs, positions, slots, kv_lens, tables = self._metadata(prefills, decodes, block_tables)
+        n_dec = len(decodes)
+        t = len(positions)
+        if t > self.max_tokens + self.max_seqs:
+            raise ValueError(f"step has {t} tokens, runner allows {self.max_tokens}")
+        ids = torch.randint(0, self.vocab, (t,), device=self.dev, generator=self.gen)
+        pos = torch.tensor(positions, dtype=torch.long, device=self.dev)
+        sl = torch.tensor(slots, dtype=torch.long, device=self.dev)
+        rows, acc = [], 0
+        for _, c, _ in seqs:
+            acc += c
+            rows.append(acc - 1)
+        logit_rows = torch.tensor(rows, dtype=torch.long, device=self.dev)
+        dec = self._attn_meta(seqs, kv_lens, tables, 0, n_dec)
+        pre = self._attn_meta(seqs, kv_lens, tables, n_dec, len(seqs))
+        return ids, pos, sl, logit_rows, dec, pre
+
+    def run_step(self, prefills, decodes, block_tables=None) -> float:
+        """Run one step; returns its GPU time in seconds (CUDA events, sampling included)."""
+        torch = self.torch
+        if not prefills and not decodes:
+            return 0.0
+        with torch.inference_mode():
+            if not prefills and self.use_cuda_graphs and len(decodes) <= CAPTURE_SIZES[-1]:
+                return self._run_graph(decodes, block_tables)
+            args = self.prepare(prefills, decodes, block_tables)
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            self._forward(*args)
+            e.record()
+            e.synchronize()
+            return s.elapsed_time(e) * 1e-3
+
+    # ---- CUDA graphs for decode-only steps ---------------------------------------------------
+
+    def _graph_for(self, bsz: int):
+        """Capture (once) the decode forward for a padded batch size; static inputs inside."""
+        torch = self.torch
+        if bsz in self.graphs:
+            return self.graphs[bsz]
+        max_pages = -(-self.max_model_len // self.block_size)
+        st = {
+            "ids": torch.zeros(bsz, dtype=torch.long, device=self.dev),
+            "pos": torch.zeros(bsz, dtype=torch.long, device=self.dev),
+            "slots": torch.zeros(bsz, dtype=torch.long, device=self.dev),
+            "rows": torch.arange(bsz, dtype=torch.long, device=self.dev),
+            "cu_q": torch.arange(bsz + 1, dtype=torch.int32, device=self.dev),
+            "cu_k": torch.arange(bsz + 1, dtype=torch.int32, device=self.dev),
+            "used": torch.ones(bsz, dtype=torch.int32, device=self.dev),
+        }
+        if self.paged:
+            st["table"] = torch.zeros(bsz, max_pages, dtype=torch.int32, device=self.dev)
+        dec = {"n": bsz, "cu_q": st["cu_q"], "cu_k": st["cu_k"], "max_q": 1,
+               "max_k": self.max_model_len}
+        if self.paged:
+            dec["table"] = st["table"]
+            dec["used"] = st["used"]
+        args = (st["ids"], st["pos"], st["slots"], st["rows"], dec, None)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self._forward(*args)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, pool=self._pool):
+            out = self._forward(*args)
+        self.graphs[bsz] = (g, st, out)
+        return self.graphs[bsz]
+
+    def _run_graph(self, decodes, block_tables) -> float:
+        torch = self.torch
+        b = len(decodes)
+        bsz = next(c for c in CAPTURE_SIZES if c >= b)
+        g, st, _ = self._graph_for(bsz)
+        # pad with 1-token dummy sequences (each in its own block), as engines pad graphs
+        pads = [(-1 - i, 1) for i in range(bsz - b)]
+        seqs, positions, slots, kv_lens, tables = self._metadata([], list(decodes) + pads,
+                                                                 block_tables and {
+                                                                     **block_tables,
+                                                                     **{p[0]: [0] for p in pads},
+                                                                 })
+        if self.paged:
+            cu = [0]
+            for n in kv_lens:
+                cu.append(cu[-1] + n)
+        else:
+            cu = [0]
+            for n in kv_lens:
+                cu.append(cu[-1] + n)
+        st["ids"].copy_(torch.randint(0, self.vocab, (bsz,), device=self.dev, generator=self.gen))
+        st["pos"].copy_(torch.tensor(positions, dtype=torch.long))
+        st["slots"].copy_(torch.tensor(slots, dtype=torch.long))
+        st["cu_k"].copy_(torch.tensor(cu, dtype=torch.int32))
+        st["used"].copy_(torch.tensor(kv_lens, dtype=torch.int32))
+        if self.paged:
+            width = max(len(t) for t in tables)
+            st["table"].zero_()
+            st["table"][:, :width].copy_(
+                torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32)
+            )
+        torch.cuda.synchronize()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        g.replay()
+        e.record()
+        e.synchronize()
+        return s.elapsed_time(e) * 1e-3
+
+    def close(self) -> None:
+        """Free GPU memory (graphs, KV cache, weights)."""
+        self.graphs.clear()
+        self.layers = []
+        self.kv = None
+        self.embed = self.lm_head = None
+        self.torch.cuda.empty_cache()

@@ -1,0 +1,62 @@
+"""Loading experiment YAMLs: files, ``--set`` overrides, and the top-level schema.
+
+An experiment is a nested mapping (no flattened flags); each section is read strictly by the
+module that owns it (``scheduler`` by the policy, ``workload`` by workloads.build, ...), so an
+unknown key anywhere is an error naming the file and its dotted path.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simulator.errors import ConfigError
+
+TOP_LEVEL = (
+    "name", "description", "seed", "model", "hardware", "scheduler", "kv_cache", "latency",
+    "cluster", "workload", "slo", "sim", "output",
+)  # fmt: skip
+
+
+def load_yaml(path: str | Path) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(str(path), "", "file not found")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(str(path), "", f"not valid YAML{at}: {getattr(e, 'problem', e)}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), "", "expected a mapping of experiment sections at top level")
+    return data
+
+
+def apply_overrides(config: dict, overrides: list[str], where: str = "--set") -> dict:
+    """Apply ``a.b.c=value`` strings (value parsed as YAML) to a copy of ``config``."""
+    out = copy.deepcopy(config)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(where, item, "expected KEY.PATH=VALUE")
+        key, text = item.split("=", 1)
+        parts = key.strip().split(".")
+        if not all(parts):
+            raise ConfigError(where, key, "expected a dotted key path like scheduler.max_num_seqs")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            value = text
+        node: Any = out
+        for i, part in enumerate(parts[:-1]):
+            nxt = node.get(part)
+            if nxt is None:
+                nxt = node[part] = {}
+            elif not isinstance(nxt, dict):
+                raise ConfigError(where, ".".join(parts[: i + 1]), "is not a mapping in the file")
+            node = nxt
+        node[parts[-1]] = value
+    return out

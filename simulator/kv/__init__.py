@@ -1,0 +1,6 @@
+"""KV-cache allocators. Each answers yes/no; the policy picks preemption victims."""
+
+from simulator.kv.base import KVAllocator
+from simulator.kv.paged import PagedAllocator
+
+__all__ = ["KVAllocator", "PagedAllocator"]

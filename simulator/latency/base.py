@@ -1,0 +1,51 @@
+"""The step-latency interface.
+
+A step is described only by features of its batch composition, never by request identities:
+
+* ``prefill_tokens``  tokens processed as prompt (or chunk, or recompute, or speculative-verify)
+                      queries this step, summed over sequences;
+* ``prefill_attn``    attention work of those queries: sum over chunks of
+                      ``chunk * (context_before + (chunk + 1) / 2)`` = number of (query, key)
+                      pairs under a causal mask;
+* ``prefill_seqs``    number of sequences contributing prefill tokens;
+* ``decode_seqs``     number of sequences decoding one token this step;
+* ``decode_ctx``      sum over decoding sequences of their context length (keys read), i.e. the
+                      KV-cache bytes read divided by bytes per token.
+
+Prefill work is compute-bound (GEMM FLOPs grow with ``prefill_tokens``); decode work is
+memory-bound (weights read once per step, KV read grows with ``decode_ctx``). A model must be
+non-decreasing in every feature. Times are seconds.
+
+The call is made once per simulated step (hundreds of thousands of times per run), so it takes
+plain numbers, not an object.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class StepLatencyModel(Protocol):
+    #: short label written in every output, e.g. "roofline" or "profile:h200/llama-3-8b_tp1"
+    name: str
+
+    def step_time(
+        self,
+        prefill_tokens: int,
+        prefill_attn: float,
+        prefill_seqs: int,
+        decode_seqs: int,
+        decode_ctx: int,
+    ) -> float:
+        """Seconds one engine step takes for this batch composition."""
+        ...
+
+    def describe(self) -> dict:
+        """Metadata for summary.json: kind, source table, hardware, warnings."""
+        ...
+
+
+def chunk_attn_pairs(chunk: int, context_before: int) -> float:
+    """Causal (query, key) pairs of a prompt chunk of ``chunk`` tokens after ``context_before``."""
+    return chunk * (context_before + (chunk + 1) / 2)

@@ -1,0 +1,222 @@
+"""Metrics of a finished run, named as vLLM's benchmark names them (see DESIGN.md).
+
+Pure functions over the run's records: no plotting, no I/O. Latencies are distributions, so each
+is reported as mean, p50, p90, p95, p99.
+
+* TTFT = first token - arrival (includes queueing); TPOT = (E2E - TTFT) / (output tokens - 1),
+  for requests with at least 2 output tokens; ITL = every gap between consecutive tokens of a
+  request (all tokens of a step carry the step's end time); E2E = finish - arrival.
+* Goodput = completed requests per second meeting every SLO; SLO attainment = the fraction of
+  *arrived* requests that completed within every SLO (DistServe's definition: rejected or
+  unfinished requests count as misses).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+PCTS = (50, 90, 95, 99)
+
+
+def dist(values) -> dict:
+    """mean and percentiles of a sample; NaNs (undefined values) are ignored."""
+    a = np.asarray(values, dtype=float)
+    a = a[~np.isnan(a)]
+    if a.size == 0:
+        return {"mean": None, **{f"p{p}": None for p in PCTS}, "count": 0}
+    out = {"mean": float(a.mean())}
+    for p, v in zip(PCTS, np.percentile(a, PCTS), strict=True):
+        out[f"p{p}"] = float(v)
+    out["count"] = int(a.size)
+    return out
+
+
+def weighted_dist(values, weights) -> dict:
+    """Like `dist` for a sample given as distinct values with repeat counts (inverted CDF)."""
+    v = np.asarray(values, dtype=float)
+    w = np.asarray(weights, dtype=float)
+    if v.size == 0 or w.sum() == 0:
+        return {"mean": None, **{f"p{p}": None for p in PCTS}, "count": 0}
+    order = np.argsort(v, kind="stable")
+    v, w = v[order], w[order]
+    cum = np.cumsum(w)
+    total = cum[-1]
+    out = {"mean": float((v * w).sum() / total)}
+    for p in PCTS:
+        # same convention as numpy's "inverted_cdf": smallest value whose CDF >= p
+        idx = int(np.searchsorted(cum, p / 100 * total - 1e-9 * total, side="left"))
+        out[f"p{p}"] = float(v[min(idx, v.size - 1)])
+    out["count"] = int(total)
+    return out
+
+
+def request_table(requests) -> dict[str, np.ndarray]:
+    """Column arrays of per-request facts (NaN where undefined)."""
+    n = len(requests)
+    nan = math.nan
+    cols = {
+        "id": np.empty(n, dtype=np.int64),
+        "arrival_s": np.empty(n),
+        "input_tokens": np.empty(n, dtype=np.int64),
+        "output_tokens": np.empty(n, dtype=np.int64),
+        "generated_tokens": np.empty(n, dtype=np.int64),
+        "first_scheduled_s": np.empty(n),
+        "first_token_s": np.empty(n),
+        "finish_s": np.empty(n),
+        "preemptions": np.empty(n, dtype=np.int64),
+        "cached_tokens": np.empty(n, dtype=np.int64),
+        "replica": np.empty(n, dtype=np.int64),
+    }
+    status, reason = [], []
+    for i, r in enumerate(requests):
+        cols["id"][i] = r.id
+        cols["arrival_s"][i] = r.arrival_s
+        cols["input_tokens"][i] = r.num_prompt_tokens
+        cols["output_tokens"][i] = r.max_output_tokens
+        cols["generated_tokens"][i] = r.num_output
+        cols["first_scheduled_s"][i] = nan if r.first_scheduled_s is None else r.first_scheduled_s
+        cols["first_token_s"][i] = nan if r.first_token_s is None else r.first_token_s
+        cols["finish_s"][i] = nan if r.finish_s is None else r.finish_s
+        cols["preemptions"][i] = r.num_preemptions
+        cols["cached_tokens"][i] = r.num_cached_tokens
+        cols["replica"][i] = -1 if r.replica is None else r.replica
+        status.append(r.status.name.lower())
+        reason.append(r.reject_reason or "")
+    arr = cols["arrival_s"]
+    done = np.array([s == "finished" for s in status], dtype=bool)
+    cols["ttft_s"] = cols["first_token_s"] - arr
+    cols["e2e_s"] = np.where(done, cols["finish_s"] - arr, nan)
+    out = cols["generated_tokens"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cols["tpot_s"] = np.where(
+            done & (out > 1), (cols["finish_s"] - cols["first_token_s"]) / (out - 1), nan
+        )
+    cols["queue_s"] = cols["first_scheduled_s"] - arr
+    cols["status"] = np.array(status, dtype=object)
+    cols["reject_reason"] = np.array(reason, dtype=object)
+    return cols
+
+
+def slo_met(cols: dict, ttft_s: float | None, tpot_s: float | None) -> np.ndarray:
+    ok = cols["status"] == "finished"
+    if ttft_s is not None:
+        ok &= cols["ttft_s"] <= ttft_s
+    if tpot_s is not None:
+        # a single-token request has no TPOT and cannot miss the TPOT SLO
+        ok &= np.nan_to_num(cols["tpot_s"], nan=0.0) <= tpot_s
+    return ok
+
+
+def step_arrays(replicas) -> dict[str, np.ndarray]:
+    names = (
+        "start_s", "duration_s", "prefill_tokens", "prefill_attn", "prefill_seqs", "decode_seqs",
+        "decode_ctx", "kv_blocks_used", "num_waiting", "num_running",
+    )  # fmt: skip
+    rows = [row + (rep.index,) for rep in replicas for row in rep.steps]
+    if not rows:
+        return {k: np.zeros(0) for k in names + ("replica",)}
+    a = np.array(rows, dtype=float)
+    out = {k: a[:, i] for i, k in enumerate(names)}
+    out["replica"] = a[:, -1].astype(np.int64)
+    for k in names[2:]:
+        if k != "prefill_attn":
+            out[k] = out[k].astype(np.int64)
+    return out
+
+
+def summarize(
+    cols: dict,
+    steps: dict,
+    replicas,
+    *,
+    slo: dict,
+    model,
+    gpu,
+    tp: int,
+    end_s: float,
+    price_per_gpu_hour: float,
+) -> dict:
+    """Every metric of DESIGN.md for one run."""
+    status = cols["status"]
+    done = status == "finished"
+    n_arrived = len(status)
+    first_arrival = float(cols["arrival_s"].min()) if n_arrived else 0.0
+    duration = max(end_s - first_arrival, 1e-12)
+    met = slo_met(cols, slo.get("ttft_s"), slo.get("tpot_s"))
+    gaps = [g for rep in replicas for g in rep.itl_gaps]
+    counts = [c for rep in replicas for c in rep.itl_counts]
+    in_tok = int(cols["input_tokens"][done].sum())
+    out_tok = int(cols["generated_tokens"][done].sum())
+    reasons: dict[str, int] = {}
+    for r in cols["reject_reason"][status == "rejected"]:
+        reasons[r] = reasons.get(r, 0) + 1
+    num_gpus = tp * len(replicas)
+    busy = float(steps["duration_s"].sum())
+    flops, nbytes = step_work(steps, model)
+    peak_flops = getattr(gpu, "peak_flops", None) or gpu.bf16_flops
+    peak_bw = getattr(gpu, "peak_bandwidth", None) or gpu.hbm_bandwidth
+    total_blocks = sum(rep.kv.num_blocks for rep in replicas)
+    kv_frac = steps["kv_blocks_used"] / max(total_blocks / max(len(replicas), 1), 1)
+    w = steps["duration_s"]
+    return {
+        "requests": {
+            "arrived": n_arrived,
+            "completed": int(done.sum()),
+            "rejected": int((status == "rejected").sum()),
+            "unfinished": int(((status == "waiting") | (status == "running")
+                               | (status == "transferring")).sum()),
+            "reject_reasons": reasons,
+        },
+        "duration_s": duration,
+        "ttft_s": dist(cols["ttft_s"][done]),
+        "tpot_s": dist(cols["tpot_s"][done]),
+        "itl_s": weighted_dist(gaps, counts),
+        "e2e_s": dist(cols["e2e_s"][done]),
+        "queue_s": dist(cols["queue_s"][done]),
+        "throughput": {
+            "requests_per_s": float(done.sum()) / duration,
+            "input_tokens_per_s": in_tok / duration,
+            "output_tokens_per_s": out_tok / duration,
+        },
+        "slo": dict(slo),
+        "goodput_rps": float(met.sum()) / duration,
+        "slo_attainment": float(met.sum()) / n_arrived if n_arrived else None,
+        "utilization": {
+            "busy_fraction": busy / (duration * len(replicas)) if replicas else 0.0,
+            "kv_use_mean": float((kv_frac * w).sum() / w.sum()) if w.sum() else 0.0,
+            "kv_use_max": float(kv_frac.max()) if kv_frac.size else 0.0,
+            "mfu": flops / (busy * peak_flops * tp) if busy else 0.0,
+            "mbu": nbytes / (busy * peak_bw * tp) if busy else 0.0,
+            "mean_batch_size": float(((steps["prefill_seqs"] + steps["decode_seqs"]) * w).sum()
+                                     / w.sum()) if w.sum() else 0.0,
+            "preemptions": int(sum(rep.num_preemptions for rep in replicas)),
+            "num_steps": int(steps["duration_s"].size),
+        },
+        "cost": {
+            "num_gpus": num_gpus,
+            "price_per_gpu_hour": price_per_gpu_hour,
+            "usd_per_million_tokens": (
+                price_per_gpu_hour * num_gpus * duration / 3600 / ((in_tok + out_tok) / 1e6)
+                if in_tok + out_tok else None
+            ),
+        },
+    }  # fmt: skip
+
+
+def step_work(steps: dict, model) -> tuple[float, float]:
+    """Useful FLOPs and the fewest HBM bytes of all steps (for MFU and MBU).
+
+    FLOPs: 2 x (non-embedding params) per token, plus causal attention 4 x layers x heads x
+    head_dim per (query, key) pair. Bytes: the weights once per step, plus the KV cache read by
+    decodes and written by every new token.
+    """
+    tokens = steps["prefill_tokens"] + steps["decode_seqs"]
+    linear = 2.0 * model.num_linear_params * tokens.sum()
+    attn_pairs = steps["decode_ctx"].sum() + steps["prefill_attn"].sum()
+    attn = 4.0 * model.num_layers * model.num_heads * model.head_dim * attn_pairs
+    nbytes = model.weight_bytes * steps["duration_s"].size + model.kv_bytes_per_token * (
+        steps["decode_ctx"].sum() + tokens.sum()
+    )
+    return float(linear + attn), float(nbytes)

@@ -1,0 +1,426 @@
+"""Model shapes: the numbers a latency or memory model needs about a transformer.
+
+A `ModelSpec` describes a decoder-only transformer of the Llama family: RMSNorm, rotary
+embeddings, grouped-query attention (MHA when ``num_kv_heads == num_heads``, MQA when it is 1) and
+a SwiGLU MLP (gate, up, down projections). Weight values never matter to the simulator, only
+shapes and byte widths: they decide how many bytes a step reads and how many FLOPs it does.
+
+Invariants (checked in ``__post_init__``; user input is checked earlier, in `load_model`, so that
+errors name the file and key):
+
+* all sizes are positive; ``num_heads % num_kv_heads == 0``;
+* ``head_dim`` defaults to ``hidden_size // num_heads`` and then must divide it exactly;
+* byte widths are positive numbers (0.5 for 4-bit weights, 1 for fp8 KV, ...).
+
+The catalog `MODELS` holds the published Hugging Face ``config.json`` values of a few popular
+models. It is a dict of frozen dataclasses built from literals: nothing is read from disk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.cfg import REQUIRED, Section
+from simulator.errors import ConfigError
+
+#: Bytes per activation element. Activations stay bf16 even when weights or KV are quantized
+#: (weight-only quantization dequantizes into bf16 GEMMs).
+ACT_BYTES = 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """Shape of a decoder-only transformer (Llama-style GQA + SwiGLU).
+
+    All fields are keyword-only. ``max_model_len`` is the longest sequence (prompt + output) a
+    request may have; ``head_dim=None`` means ``hidden_size // num_heads``.
+    """
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int | None = None
+    intermediate_size: int
+    vocab_size: int
+    bytes_per_weight: float = 2
+    bytes_per_kv: float = 2
+    max_model_len: int
+    tie_embeddings: bool = False
+    #: Qwen2-style bias on the q, k, v projections (a few hundred thousand parameters).
+    qkv_bias: bool = False
+
+    def __post_init__(self) -> None:
+        for f in ("num_layers", "hidden_size", "num_heads", "num_kv_heads"):
+            _require_pos_int(self, f)
+        for f in ("intermediate_size", "vocab_size", "max_model_len"):
+            _require_pos_int(self, f)
+        if self.head_dim is None:
+            if self.hidden_size % self.num_heads:
+                raise ValueError(
+                    f"{self.name}: hidden_size {self.hidden_size} not divisible by "
+                    f"num_heads {self.num_heads}; give head_dim explicitly"
+                )
+            object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
+        _require_pos_int(self, "head_dim")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"{self.name}: num_heads {self.num_heads} not divisible by "
+                f"num_kv_heads {self.num_kv_heads}"
+            )
+        for f in ("bytes_per_weight", "bytes_per_kv"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise ValueError(f"{self.name}: {f} must be a positive number, got {v!r}")
+
+    # ---- parameter counts -------------------------------------------------------------------
+
+    @property
+    def q_size(self) -> int:
+        """Width of the query projection output (= attention output width)."""
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        """Width of one of the key / value projection outputs."""
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def attn_params_per_layer(self) -> int:
+        """q, k, v, o projection weights (plus q/k/v bias when ``qkv_bias``)."""
+        h = self.hidden_size
+        params = h * self.q_size + 2 * h * self.kv_size + self.q_size * h
+        if self.qkv_bias:
+            params += self.q_size + 2 * self.kv_size
+        return params
+
+    @property
+    def mlp_params_per_layer(self) -> int:
+        """SwiGLU gate, up and down projections."""
+        return 3 * self.hidden_size * self.intermediate_size
+
+    @property
+    def norm_params_per_layer(self) -> int:
+        """Input and post-attention RMSNorm weights."""
+        return 2 * self.hidden_size
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def lm_head_params(self) -> int:
+        """Output projection; 0 extra parameters when tied to the embedding."""
+        return 0 if self.tie_embeddings else self.vocab_size * self.hidden_size
+
+    @property
+    def num_params(self) -> int:
+        """Total parameters: embedding + layers (attention, MLP, norms) + final norm + lm_head."""
+        per_layer = (
+            self.attn_params_per_layer + self.mlp_params_per_layer + self.norm_params_per_layer
+        )
+        return (
+            self.embedding_params
+            + self.num_layers * per_layer
+            + self.hidden_size  # final norm
+            + self.lm_head_params
+        )
+
+    @property
+    def num_linear_params(self) -> int:
+        """Matmul weights every computed token goes through: the layers' projections.
+
+        Excludes the embedding (a gather, not a matmul), norms and biases (elementwise) and the
+        LM head, which in serving runs only for tokens that sample (see `lm_head_matmul_params`).
+        """
+        return self.num_layers * (
+            self.hidden_size * (2 * self.q_size + 2 * self.kv_size) + self.mlp_params_per_layer
+        )
+
+    @property
+    def lm_head_matmul_params(self) -> int:
+        """Weights of the LM-head matmul (``vocab x hidden``, whether or not tied)."""
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes of all weights (what must fit in GPU memory, summed over a TP group)."""
+        return self.num_params * self.bytes_per_weight
+
+    # ---- KV cache and FLOPs -----------------------------------------------------------------
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """KV-cache bytes one token occupies: 2 (K and V) x layers x kv_heads x head_dim x width.
+
+        GQA / MQA shrink it by ``num_heads / num_kv_heads`` against MHA.
+        """
+        return 2 * self.num_layers * self.kv_size * self.bytes_per_kv
+
+    def kv_heads_per_gpu(self, tp: int) -> int:
+        """KV heads each GPU of a TP group holds: split when tp divides them, else replicated.
+
+        vLLM replicates KV heads when ``tp > num_kv_heads`` (each GPU keeps one head), so KV memory
+        per GPU stops shrinking there. Call `check_tp` first.
+        """
+        return max(1, self.num_kv_heads // tp)
+
+    def kv_bytes_per_token_per_gpu(self, tp: int) -> float:
+        """KV-cache bytes one token occupies on each GPU of a TP group of ``tp`` GPUs."""
+        return 2 * self.num_layers * self.kv_heads_per_gpu(tp) * self.head_dim * self.bytes_per_kv
+
+    def attn_flops_per_pair(self) -> float:
+        """FLOPs of one (query, key) pair over all layers: QK^T and PV, 2 x head_dim each."""
+        return 4.0 * self.num_layers * self.num_heads * self.head_dim
+
+    def flops_per_token(self, context: float, sample: bool = True) -> float:
+        """Forward FLOPs of one token attending to ``context`` keys.
+
+        ``2 x linear params`` (one multiply-add per weight: the layers' projections, plus the LM
+        head when the token samples) plus ``4 x layers x heads x head_dim x context`` for
+        attention (QK^T and PV). A prompt token that does not sample: ``sample=False``.
+        """
+        linear = self.num_linear_params + (self.lm_head_matmul_params if sample else 0)
+        return 2.0 * linear + self.attn_flops_per_pair() * context
+
+    def check_tp(self, tp: int, where: str = "<config>", key: str = "tp") -> None:
+        """Raise ConfigError unless ``tp`` can shard this model (vLLM's rules).
+
+        Query heads must split evenly; KV heads must split evenly or be replicated evenly
+        (``tp % num_kv_heads == 0``).
+        """
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+            raise ConfigError(where, key, f"expected a positive integer, got {tp!r}")
+        if self.num_heads % tp:
+            raise ConfigError(
+                where,
+                key,
+                f"{self.name}: {self.num_heads} attention heads are not divisible by {tp}",
+            )
+        if self.num_kv_heads % tp and tp % self.num_kv_heads:
+            raise ConfigError(
+                where,
+                key,
+                f"{self.name} has {self.num_kv_heads} KV heads: tp must divide it or be a "
+                f"multiple of it, got {tp}",
+            )
+
+
+def _require_pos_int(spec: ModelSpec, name: str) -> None:
+    v = getattr(spec, name)
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise ValueError(f"{spec.name}: {name} must be a positive integer, got {v!r}")
+
+
+def _llama(name: str, **kw: Any) -> ModelSpec:
+    return ModelSpec(name=name, **kw)
+
+
+#: Published config.json values (Hugging Face). Sliding windows and RoPE scaling do not change
+#: shapes; the simulator assumes full attention over the whole context.
+MODELS: dict[str, ModelSpec] = {
+    m.name: m
+    for m in (
+        # meta-llama/Llama-2-7b-hf: MHA (32 KV heads).
+        _llama(
+            "llama-2-7b",
+            num_layers=32,
+            hidden_size=4096,
+            num_heads=32,
+            num_kv_heads=32,
+            intermediate_size=11008,
+            vocab_size=32000,
+            max_model_len=4096,
+        ),
+        # meta-llama/Meta-Llama-3-8B: GQA (8 KV heads).
+        _llama(
+            "llama-3-8b",
+            num_layers=32,
+            hidden_size=4096,
+            num_heads=32,
+            num_kv_heads=8,
+            intermediate_size=14336,
+            vocab_size=128256,
+            max_model_len=8192,
+        ),
+        # meta-llama/Llama-3.1-8B: same shapes, 128k context.
+        _llama(
+            "llama-3.1-8b",
+            num_layers=32,
+            hidden_size=4096,
+            num_heads=32,
+            num_kv_heads=8,
+            intermediate_size=14336,
+            vocab_size=128256,
+            max_model_len=131072,
+        ),
+        # meta-llama/Meta-Llama-3-70B: GQA (8 KV heads), 80 layers.
+        _llama(
+            "llama-3-70b",
+            num_layers=80,
+            hidden_size=8192,
+            num_heads=64,
+            num_kv_heads=8,
+            intermediate_size=28672,
+            vocab_size=128256,
+            max_model_len=8192,
+        ),
+        # meta-llama/Llama-3.1-70B: same shapes, 128k context.
+        _llama(
+            "llama-3.1-70b",
+            num_layers=80,
+            hidden_size=8192,
+            num_heads=64,
+            num_kv_heads=8,
+            intermediate_size=28672,
+            vocab_size=128256,
+            max_model_len=131072,
+        ),
+        # mistralai/Mistral-7B-v0.3 (v0.3 vocab 32768; v0.1 had 32000 and a 4096 sliding window).
+        _llama(
+            "mistral-7b",
+            num_layers=32,
+            hidden_size=4096,
+            num_heads=32,
+            num_kv_heads=8,
+            intermediate_size=14336,
+            vocab_size=32768,
+            max_model_len=32768,
+        ),
+        # Qwen/Qwen2.5-7B-Instruct: GQA (4 KV heads), qkv bias; 32768 native context (131072
+        # only with YaRN scaling).
+        _llama(
+            "qwen2.5-7b",
+            num_layers=28,
+            hidden_size=3584,
+            num_heads=28,
+            num_kv_heads=4,
+            intermediate_size=18944,
+            vocab_size=152064,
+            max_model_len=32768,
+            qkv_bias=True,
+        ),
+    )
+}
+
+#: Hugging Face repository ids accepted as names (lower-cased).
+MODEL_ALIASES: dict[str, str] = {
+    "meta-llama/llama-2-7b-hf": "llama-2-7b",
+    "meta-llama/llama-2-7b-chat-hf": "llama-2-7b",
+    "meta-llama/meta-llama-3-8b": "llama-3-8b",
+    "meta-llama/meta-llama-3-8b-instruct": "llama-3-8b",
+    "meta-llama/llama-3.1-8b": "llama-3.1-8b",
+    "meta-llama/llama-3.1-8b-instruct": "llama-3.1-8b",
+    "meta-llama/meta-llama-3-70b": "llama-3-70b",
+    "meta-llama/meta-llama-3-70b-instruct": "llama-3-70b",
+    "meta-llama/llama-3.1-70b": "llama-3.1-70b",
+    "meta-llama/llama-3.1-70b-instruct": "llama-3.1-70b",
+    "mistralai/mistral-7b-v0.3": "mistral-7b",
+    "mistralai/mistral-7b-instruct-v0.3": "mistral-7b",
+    "qwen/qwen2.5-7b": "qwen2.5-7b",
+    "qwen/qwen2.5-7b-instruct": "qwen2.5-7b",
+}
+
+
+def lookup_catalog(
+    value: str, catalog: Mapping[str, Any], aliases: Mapping[str, str], what: str, where, key
+) -> Any:
+    """Case-insensitive catalog lookup; unknown names raise ConfigError listing known names."""
+    name = value.strip().lower()
+    name = aliases.get(name, name)
+    if name not in catalog:
+        known = ", ".join(sorted(catalog))
+        raise ConfigError(where, key, f"unknown {what} {value!r}; known: {known}")
+    return catalog[name]
+
+
+def check_name_or_mapping(value: Any, what: str, where: str, key: str) -> None:
+    """Raise ConfigError unless ``value`` is a mapping (callers handle names before)."""
+    if not isinstance(value, Mapping):
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ConfigError(where, key, f"expected a {what} name or a mapping of fields, got {shown}")
+
+
+def load_model(value: Any, where: str, key: str) -> ModelSpec:
+    """Read a model from config: a catalog name, or a mapping of custom fields.
+
+    A mapping may name ``base`` (a catalog model) and override some of its fields, e.g.
+    ``{base: llama-3-8b, max_model_len: 4096, bytes_per_kv: 1}``; without ``base`` it must give
+    every shape field (``num_kv_heads`` defaults to ``num_heads``, ``head_dim`` to
+    ``hidden_size / num_heads``). Unknown keys and bad values raise ConfigError naming ``where``
+    and the full key path.
+    """
+    if isinstance(value, str):
+        return lookup_catalog(value, MODELS, MODEL_ALIASES, "model", where, key)
+    check_name_or_mapping(value, "model", where, key)
+    sec = Section(value, where, key)
+    base_name = sec.str("base", None)
+    base = None
+    if base_name is not None:
+        base = lookup_catalog(base_name, MODELS, MODEL_ALIASES, "model", where, sec.key("base"))
+
+    def dflt(field: str, fallback: Any = REQUIRED) -> Any:
+        """Default of a field: the base model's value, else ``fallback`` (required if none)."""
+        return getattr(base, field) if base is not None else fallback
+
+    name = sec.str("name", base.name if base else "custom")
+    num_layers = sec.int("num_layers", dflt("num_layers"), min=1)
+    hidden = sec.int("hidden_size", dflt("hidden_size"), min=1)
+    heads = sec.int("num_heads", dflt("num_heads"), min=1)
+    kv_heads = sec.int("num_kv_heads", dflt("num_kv_heads", heads), min=1)
+    if heads % kv_heads:
+        raise sec.error(
+            "num_kv_heads", f"num_heads {heads} must be divisible by num_kv_heads {kv_heads}"
+        )
+    if base is not None and (sec.has("hidden_size") or sec.has("num_heads")):
+        head_dim_default = None  # shape changed: recompute from hidden / heads
+    else:
+        head_dim_default = base.head_dim if base is not None else None
+    head_dim = sec.int("head_dim", head_dim_default, min=1)
+    if head_dim is None:
+        if hidden % heads:
+            raise sec.error(
+                "head_dim",
+                f"required when hidden_size {hidden} is not divisible by num_heads {heads}",
+            )
+        head_dim = hidden // heads
+    intermediate = sec.int("intermediate_size", dflt("intermediate_size"), min=1)
+    vocab = sec.int("vocab_size", dflt("vocab_size"), min=1)
+    bpw = sec.num("bytes_per_weight", dflt("bytes_per_weight", 2), min=0, strict_min=True)
+    bpkv = sec.num("bytes_per_kv", dflt("bytes_per_kv", 2), min=0, strict_min=True)
+    max_len = sec.int("max_model_len", dflt("max_model_len"), min=1)
+    tie = sec.bool("tie_embeddings", dflt("tie_embeddings", False))
+    qkv_bias = sec.bool("qkv_bias", dflt("qkv_bias", False))
+    sec.done()
+    return ModelSpec(
+        name=name,
+        num_layers=num_layers,
+        hidden_size=hidden,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate_size=intermediate,
+        vocab_size=vocab,
+        bytes_per_weight=_int_if_whole(bpw),
+        bytes_per_kv=_int_if_whole(bpkv),
+        max_model_len=max_len,
+        tie_embeddings=tie,
+        qkv_bias=qkv_bias,
+    )
+
+
+def _int_if_whole(x: float) -> float:
+    return int(x) if float(x).is_integer() else x
+
+
+__all__ = [
+    "ACT_BYTES",
+    "MODELS",
+    "MODEL_ALIASES",
+    "ModelSpec",
+    "load_model",
+    "lookup_catalog",
+]

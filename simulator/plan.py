@@ -1,0 +1,33 @@
+"""What a policy decides for one engine step.
+
+A `StepPlan` is frozen: the policy decides, the replica executes and commits. Policies never
+advance progress themselves.
+
+* ``chunks``: ``(request, num_new_tokens)`` pairs computed this step: whole prompts, prompt
+  chunks, recomputes after preemption, or single tokens of requests kept out of the decode set.
+  A chunk that completes a request's pending tokens samples one new token.
+* ``decode``: advance every member of the replica's `DecodeSet` by one token.
+* ``wake_at``: for an idle plan (nothing to run), the latest time at which the replica should ask
+  again even if nothing arrives (dynamic batching's max wait).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.request import Request
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    chunks: tuple[tuple[Request, int], ...] = ()
+    decode: bool = False
+    wake_at: float | None = None
+
+    @property
+    def is_idle(self) -> bool:
+        return not self.chunks and not self.decode
+
+
+IDLE = StepPlan()
+DECODE = StepPlan(decode=True)

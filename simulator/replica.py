@@ -1,0 +1,315 @@
+"""One serving engine (a TP group of GPUs): queues, KV cache, policy, and its SimPy process.
+
+The loop (DESIGN.md):
+
+    plan = policy.schedule(replica, now)     # decide; never advances progress
+    dt   = executor.execute(plan, ...)       # simulated: latency model; real: GPU
+    yield env.timeout(dt)                    # the only place time passes
+    commit(plan)                             # advance tokens, stamp times, free KV
+
+Decode runs. When a policy returns a decode-only plan and step times can be precomputed, the
+replica computes the run of identical decode steps that would follow (until the next arrival, the
+next finish, a KV-growth risk, or the policy's wake time), waits once for the whole run, and
+commits the sub-steps afterwards. Each sub-step is still recorded as one step with its own time.
+Anyone outside the process who reads or changes this replica (an arrival, a router, a KV
+transfer) calls `sync()` first, which commits every sub-step that has ended, and `add_request()`
+cuts the run after the sub-step in progress. Results are therefore identical with
+``coalesce=False`` (tests check this); only the wall-clock cost differs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+
+import simpy
+
+from simulator.decode import DecodeSet
+from simulator.executor import StepExecutor
+from simulator.plan import StepPlan
+from simulator.request import Request, Status
+
+_MAX_RUN = 512  # longest precomputed decode run (bounds wasted work when a run is cut)
+
+
+class Replica:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        index: int,
+        policy,
+        kv,
+        executor: StepExecutor,
+        *,
+        coalesce: bool = True,
+        next_external_s: Callable[[], float] | None = None,
+        on_finish: Callable[[Request], None] | None = None,
+    ):
+        self.env = env
+        self.index = index
+        self.policy = policy
+        self.kv = kv
+        self.executor = executor
+        self.coalesce = coalesce and executor.can_precompute and policy.coalescable
+        self.next_external_s = next_external_s or (lambda: math.inf)
+        self.on_finish = on_finish
+        self.waiting: deque[Request] = deque()
+        #: admitted requests in admission order (dict: O(1) removal, ordered iteration)
+        self.running: dict[int, Request] = {}
+        self.decoding = DecodeSet()
+        self.arrivals_done = False
+        self.num_preemptions = 0
+        self.num_finished = 0
+        self.busy_s = 0.0
+        # one row per step: start, duration, prefill_tokens, prefill_attn, prefill_seqs,
+        # decode_seqs, decode_ctx, kv_blocks_used, num_waiting, num_running
+        self.steps: list[tuple] = []
+        # inter-token gaps: gap seconds and how many tokens saw that gap
+        self.itl_gaps: list[float] = []
+        self.itl_counts: list[int] = []
+        self._wake: simpy.Event | None = None
+        self._run: list[tuple[float, float, int]] | None = None  # (start, duration, decode_ctx)
+        self._run_next = 0
+        self._proc = env.process(self._loop())
+
+    # -- what policies call ---------------------------------------------------------------------
+    def admit(self, req: Request, now: float) -> None:
+        """Move a request the policy took from ``waiting`` into ``running``."""
+        req.status = Status.RUNNING
+        self.running[req.id] = req
+        if req.first_scheduled_s is None:
+            req.first_scheduled_s = now
+
+    def preempt(self, req: Request) -> None:
+        """Preempt by recompute: drop its KV, put it at the front of ``waiting``."""
+        if req._dset is not None:
+            self.decoding.remove(req)
+        self.kv.free(req)
+        del self.running[req.id]
+        req._num_computed = 0
+        req.status = Status.WAITING
+        req.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(req)
+
+    def reject(self, req: Request, reason: str, now: float) -> None:
+        """Refuse a request for good (e.g. longer than the engine can ever hold)."""
+        if req.id in self.running:
+            if req._dset is not None:
+                self.decoding.remove(req)
+            self.kv.free(req)
+            del self.running[req.id]
+        req.status = Status.REJECTED
+        req.reject_reason = reason
+        req.finish_s = now
+
+    # -- what the outside world calls -----------------------------------------------------------
+    def add_request(self, req: Request) -> None:
+        self.sync()
+        self._cut_run()
+        req.status = Status.WAITING
+        req.replica = self.index
+        self.waiting.append(req)
+        self.poke()
+
+    def poke(self) -> None:
+        """Wake the loop if it is idle (new work, or no more arrivals)."""
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    def sync(self) -> None:
+        """Commit every precomputed decode sub-step that has ended by now."""
+        run = self._run
+        if run is None:
+            return
+        now, i, last = self.env.now, self._run_next, len(run) - 1
+        while i <= last and run[i][0] + run[i][1] <= now:
+            self._commit_decode(run[i][0], run[i][1], run[i][2], grow_next=i < last)
+            i += 1
+        self._run_next = i
+
+    @property
+    def num_outstanding(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def _loop(self):
+        env = self.env
+        while True:
+            plan: StepPlan = self.policy.schedule(self, env.now)
+            if plan.is_idle:
+                yield from self._idle(plan)
+                continue
+            start = env.now
+            if plan.chunks or not self.coalesce or not plan.decode:
+                feats = self._features(plan)
+                dt = self.executor.execute(plan, self, feats)
+                yield env.timeout(dt)
+                self._commit(plan, start, dt, feats)
+                continue
+            self._plan_decode_run(start, plan.wake_at)
+            while True:
+                try:
+                    run = self._run
+                    yield env.timeout(run[-1][0] + run[-1][1] - env.now)
+                    break
+                except simpy.Interrupt:
+                    continue  # the run was cut; wait for its new end
+            run, last = self._run, len(self._run) - 1
+            for i in range(self._run_next, last + 1):  # the rest has ended (up to float rounding)
+                self._commit_decode(run[i][0], run[i][1], run[i][2], grow_next=i < last)
+            self._run = None
+
+    def _idle(self, plan: StepPlan):
+        env = self.env
+        self._wake = env.event()
+        if plan.wake_at is not None:
+            if plan.wake_at <= env.now:
+                raise RuntimeError(
+                    f"policy {self.policy.name} returned an idle plan with wake_at in the past"
+                )
+            yield self._wake | env.timeout(plan.wake_at - env.now)
+        else:
+            yield self._wake
+        self._wake = None
+
+    # -- features and commit ----------------------------------------------------------------------
+    def _features(self, plan: StepPlan) -> tuple:
+        pt = ps = ds = dctx = 0
+        pa = 0.0
+        for req, n in plan.chunks:
+            c = req._num_computed
+            if n == 1 and c > 0:  # a single-token step over a cache is a decode
+                ds += 1
+                dctx += c + 1
+            else:
+                pt += n
+                pa += n * (c + (n + 1) / 2)
+                ps += 1
+        if plan.decode:
+            ds += len(self.decoding)
+            dctx += self.decoding.decode_ctx()
+        return (pt, pa, ps, ds, dctx)
+
+    def _commit(self, plan: StepPlan, start: float, dt: float, feats: tuple) -> None:
+        end = start + dt
+        self.busy_s += dt
+        self.steps.append(
+            (start, dt, feats[0], feats[1], feats[2], feats[3], feats[4],
+             self.kv.num_used_blocks, len(self.waiting), len(self.running))
+        )  # fmt: skip
+        if plan.decode and len(self.decoding):
+            self._advance_decode(end)
+        for req, n in plan.chunks:
+            req._num_computed += n
+            if req._num_computed >= req.num_tokens:
+                self._emit(req, end)
+
+    def _commit_decode(self, start: float, dt: float, ctx: int, grow_next: bool) -> None:
+        """Commit one precomputed decode sub-step; allocate growth for the next one if any."""
+        d = self.decoding
+        self.busy_s += dt
+        self.steps.append(
+            (start, dt, 0, 0.0, 0, len(d), ctx, self.kv.num_used_blocks, len(self.waiting),
+             len(self.running))
+        )  # fmt: skip
+        self._advance_decode(start + dt)
+        if grow_next:
+            kv = self.kv
+            for req in d.pop_due_growth():
+                if not kv.allocate(req, req.num_computed + 1):
+                    raise AssertionError("decode run outgrew its KV bound")  # bound is exact
+                d.set_capacity(req, kv.capacity(req))
+
+    def _advance_decode(self, end: float) -> None:
+        d = self.decoding
+        done = d.advance()
+        cont = len(d) - len(d.joined)
+        if cont:
+            self.itl_gaps.append(end - d.last_step_end)
+            self.itl_counts.append(cont)
+        for req in d.joined:
+            self.itl_gaps.append(end - req.last_token_s)
+            self.itl_counts.append(1)
+        d.joined.clear()
+        d.last_step_end = end
+        for req in done:
+            d.remove(req)
+            req.last_token_s = end
+            self._finish(req, end)
+
+    def _emit(self, req: Request, end: float) -> None:
+        """A request outside the decode set sampled one token at ``end``."""
+        req._num_output += 1
+        if req.first_token_s is None:
+            req.first_token_s = end
+        else:
+            self.itl_gaps.append(end - req.last_token_s)
+            self.itl_counts.append(1)
+        req.last_token_s = end
+        if req._num_output >= req.max_output_tokens:
+            self._finish(req, end)
+        elif self.policy.uses_decode_set:
+            self.decoding.add(req, self.kv.capacity(req))
+
+    def _finish(self, req: Request, end: float) -> None:
+        req.status = Status.FINISHED
+        req.finish_s = end
+        self.kv.free(req)
+        del self.running[req.id]
+        self.num_finished += 1
+        if self.on_finish is not None:
+            self.on_finish(req)
+
+    # -- decode runs ------------------------------------------------------------------------------
+    def _plan_decode_run(self, start: float, wake_at: float | None) -> None:
+        """Precompute the identical decode steps that will follow; see the module docstring.
+
+        The run ends at the first of: the step on which a member finishes; the first step that
+        ends at or after the next external event or the policy's wake time; the last step whose
+        KV growth is guaranteed to fit (growth for later steps is allocated on commit and must
+        never fail); _MAX_RUN steps. Growth for the first step was done by the policy.
+        """
+        d = self.decoding
+        n = len(d)
+        k = _MAX_RUN
+        fin = d.next_finish_clock()
+        if fin is not None:
+            k = min(k, fin - d.clock)
+        if n and k > 1:
+            free = self.kv.num_free_blocks
+            lo, hi = 1, k  # largest j in [1, k] with growth over steps 2..j within free blocks
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if self.kv.growth_bound(n, mid - 1) <= free:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            k = lo
+        horizon = self.next_external_s()
+        if wake_at is not None:
+            horizon = min(horizon, wake_at)
+        step_time = self.executor.step_time
+        ctx = d.decode_ctx()
+        t = start
+        run = []
+        for _ in range(max(k, 1)):
+            dt = step_time(0, 0.0, 0, n, ctx)
+            run.append((t, dt, ctx))
+            t += dt
+            ctx += n
+            if t >= horizon:
+                break
+        self._run = run
+        self._run_next = 0
+
+    def _cut_run(self) -> None:
+        """Drop precomputed sub-steps after the one in progress (the state is about to change)."""
+        run = self._run
+        if run is None:
+            return
+        keep = self._run_next + 1
+        if keep < len(run):
+            del run[keep:]
+            self._proc.interrupt()

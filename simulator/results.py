@@ -1,0 +1,111 @@
+"""Writing a run's results folder and printing its summary table.
+
+Layout of ``results/<experiment>/<run>/``:
+* ``config.yaml``  the resolved config (written first, so it exists even when the run fails;
+                   a failed run also gets ``error.txt``);
+* ``requests.csv`` one row per arrived request;
+* ``steps.csv``    one row per engine step;
+* ``summary.json`` every metric, the latency model used, and request accounting;
+* ``timing.json``  wall-clock cost of the simulation (kept apart so the other files are
+                   byte-identical for the same config and seed).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+REQUEST_COLUMNS = (
+    "id", "arrival_s", "input_tokens", "output_tokens", "generated_tokens", "first_scheduled_s",
+    "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "queue_s", "preemptions",
+    "cached_tokens", "replica", "status", "reject_reason",
+)  # fmt: skip
+
+
+def write_config(out_dir: Path, resolved: dict) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.yaml").write_text(yaml.safe_dump(_plain(resolved), sort_keys=False))
+
+
+def write_results(out_dir: Path, results, write_steps: bool = True) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_config(out_dir, results.resolved)
+    req = pd.DataFrame({k: results.requests[k] for k in REQUEST_COLUMNS})
+    req.to_csv(out_dir / "requests.csv", index=False, float_format="%.9g")
+    if write_steps:
+        pd.DataFrame(results.steps).to_csv(out_dir / "steps.csv", index=False, float_format="%.9g")
+    (out_dir / "summary.json").write_text(json.dumps(_plain(results.summary), indent=2) + "\n")
+    (out_dir / "timing.json").write_text(json.dumps({"simulate_wall_s": results.wall_s}) + "\n")
+
+
+def write_error(out_dir: Path, message: str) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "error.txt").write_text(message + "\n")
+
+
+def _plain(obj):
+    """JSON/YAML-safe copy: numpy scalars to Python, NaN/inf to None."""
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def format_summary(summary: dict, name: str = "") -> str:
+    """A one-screen table of the run's main numbers."""
+    lines = []
+    r = summary["requests"]
+    lat = summary["latency_model"]
+    lines.append(f"servesim run {name}  [latency model: {lat.get('name', '?')}]")
+    cuts = summary["requests"].get("cut_by_workload_limits") or {}
+    cut_txt = ", ".join(f"{k}: {v}" for k, v in cuts.items() if v) or "none"
+    lines.append(
+        f"requests: {r['arrived']} arrived, {r['completed']} completed, {r['rejected']} rejected, "
+        f"{r['unfinished']} unfinished; cut by workload limits: {cut_txt}"
+    )
+    lines.append(f"{'metric':<10}{'mean':>10}{'p50':>10}{'p90':>10}{'p95':>10}{'p99':>10}  (ms)")
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E")):
+        d = summary[key]
+        vals = [d.get(k) for k in ("mean", "p50", "p90", "p95", "p99")]
+        cells = "".join(f"{v * 1000:>10.1f}" if v is not None else f"{'-':>10}" for v in vals)
+        lines.append(f"{label:<10}{cells}")
+    t = summary["throughput"]
+    lines.append(
+        f"throughput: {t['requests_per_s']:.2f} req/s, {t['input_tokens_per_s']:.0f} input tok/s, "
+        f"{t['output_tokens_per_s']:.0f} output tok/s over {summary['duration_s']:.1f} s"
+    )
+    slo = summary["slo"]
+    slo_txt = ", ".join(
+        f"{k.replace('_s', '')} <= {v * 1000:.0f} ms" for k, v in slo.items() if v is not None
+    )
+    att = summary["slo_attainment"]
+    lines.append(
+        f"goodput: {summary['goodput_rps']:.2f} req/s under SLO ({slo_txt or 'none'}); "
+        f"attainment {att * 100 if att is not None else float('nan'):.1f}%"
+    )
+    u = summary["utilization"]
+    lines.append(
+        f"KV use: mean {u['kv_use_mean'] * 100:.1f}%, max {u['kv_use_max'] * 100:.1f}%; "
+        f"preemptions {u['preemptions']}; mean batch {u['mean_batch_size']:.1f}; "
+        f"MFU {u['mfu'] * 100:.1f}%, MBU {u['mbu'] * 100:.1f}%; steps {u['num_steps']}"
+    )
+    c = summary["cost"]
+    if c.get("usd_per_million_tokens") is not None:
+        lines.append(
+            f"cost: ${c['usd_per_million_tokens']:.3f} per million tokens "
+            f"({c['num_gpus']} GPU(s) at ${c['price_per_gpu_hour']:.2f}/h)"
+        )
+    for w in lat.get("warnings", []) or []:
+        lines.append(f"warning: {w}")
+    return "\n".join(lines)

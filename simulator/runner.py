@@ -1,0 +1,259 @@
+"""``simulate(config)``: build a run from a config mapping, run it, return its results.
+
+Building reads every section strictly and resolves it (catalog names to full specs, defaults
+filled in, KV capacity computed), so a bad config fails before any simulated time passes, and
+the resolved config can be written beside the results. Running is pure: same config + seed gives
+identical results. Writing files is `simulator.results`' job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import simpy
+
+from policies import POLICIES
+from policies.routing import ROUTERS
+from simulator import latency as _latency  # noqa: F401  (package init)
+from simulator.cfg import Section
+from simulator.cluster import Cluster
+from simulator.config import TOP_LEVEL
+from simulator.errors import ConfigError
+from simulator.executor import SimulatedExecutor
+from simulator.hardware import GPUSpec, kv_capacity_blocks, load_gpu
+from simulator.kv.paged import PagedAllocator
+from simulator.latency.select import build_latency
+from simulator.metrics import request_table, step_arrays, summarize
+from simulator.models import ModelSpec, load_model
+from simulator.replica import Replica
+from workloads.build import build_workload
+from workloads.spec import Workload
+
+
+@dataclass
+class Built:
+    """Everything a run needs, resolved from one config."""
+
+    name: str
+    seed: int
+    model: ModelSpec
+    gpu: GPUSpec
+    tp: int
+    workload: Workload
+    latency: object
+    slo: dict
+    price_per_gpu_hour: float
+    horizon_s: float | None
+    coalesce: bool
+    make_replicas: object  # callable(env, cluster) -> list[Replica]
+    router: object
+    resolved: dict = field(default_factory=dict)
+
+
+@dataclass
+class Results:
+    summary: dict
+    requests: dict  # column arrays (see metrics.request_table)
+    steps: dict  # column arrays (see metrics.step_arrays)
+    resolved: dict
+    wall_s: float
+
+
+def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> Built:
+    top = Section(config, where)
+    for key in config:
+        if key not in TOP_LEVEL:
+            raise top.error(str(key), f"unknown section (known: {', '.join(TOP_LEVEL)})")
+    name = top.str("name", Path(where).stem)
+    top.str("description", "")
+    seed = top.int("seed", 0, min=0) if seed is None else seed
+    ss = np.random.SeedSequence(seed)
+    wl_seed, _reserved = ss.spawn(2)
+
+    model = load_model(top.raw("model"), where, "model")
+    hw = top.section("hardware")
+    gpu = load_gpu(hw.raw("gpu"), where, hw.key("gpu"))
+    tp = hw.int("tp", 1, min=1)
+    model.check_tp(tp, where, hw.key("tp"))
+    price = hw.num("price_per_gpu_hour", gpu.price_per_hour, min=0)
+    hw.done()
+
+    sim = top.section("sim", {})
+    horizon_s = sim.num("horizon_s", None, min=0, strict_min=True)
+    coalesce = sim.bool("coalesce", True)
+    sim.done()
+
+    sched = top.section("scheduler")
+    policy_name = sched.str("policy", choices=sorted(POLICIES))
+    policy_cls = POLICIES[policy_name]
+    kvs = top.section("kv_cache", {})
+    allocator = kvs.str("allocator", "paged", choices=["paged"])
+    block_size = kvs.int("block_size", 16, min=1)
+    util = kvs.num("gpu_memory_utilization", 0.9, min=0, max=1, strict_min=True)
+    on_oversize = kvs.str("on_oversize", "error", choices=["error", "reject"])
+    num_blocks = kvs.int("num_blocks", None, min=1)
+    if num_blocks is None:
+        num_blocks = kv_capacity_blocks(
+            model, gpu, tp, block_size, util, where=where, key=kvs.key("gpu_memory_utilization")
+        )
+    kvs.done()
+    max_model_len = model.max_model_len
+    engine = {"max_model_len": max_model_len, "block_size": block_size, "num_blocks": num_blocks}
+    policy_probe = make_policy(policy_cls, sched, engine)
+    _mark_all_used(sched)
+
+    lat_sec = top.section("latency", {})
+    latency = build_latency(lat_sec, model, gpu, tp, where, base_dir)
+
+    cl = top.section("cluster", {})
+    num_replicas = cl.int("replicas", 1, min=1)
+    rsec = cl.section("router", {"name": "round_robin"})
+    router_name = rsec.str("name", "round_robin", choices=sorted(ROUTERS))
+    router = ROUTERS[router_name](Section(rsec.data, where, rsec.path))
+    _mark_all_used(rsec)
+    cl.done()
+
+    workload = build_workload(
+        top.section("workload"), np.random.default_rng(wl_seed), Path(base_dir)
+    )
+    _check_fits(workload, max_model_len, num_blocks * block_size, on_oversize, where)
+
+    slo_sec = top.section("slo", {})
+    slo = {
+        "ttft_s": _ms(slo_sec.num("ttft_ms", None, min=0, strict_min=True)),
+        "tpot_s": _ms(slo_sec.num("tpot_ms", None, min=0, strict_min=True)),
+    }
+    slo_sec.done()
+    top.section("output", {}).done()
+
+    def make_replicas(env, cluster):
+        reps = []
+        for i in range(num_replicas):
+            policy = make_policy(policy_cls, sched, engine)
+            rep = Replica(
+                env, i, policy, PagedAllocator(num_blocks, block_size),
+                SimulatedExecutor(latency), coalesce=coalesce,
+            )  # fmt: skip
+            cluster.add_replica(rep)
+            reps.append(rep)
+        return reps
+
+    resolved = {
+        "name": name,
+        "seed": seed,
+        "model": dataclasses.asdict(model),
+        "hardware": {"gpu": dataclasses.asdict(gpu), "tp": tp, "price_per_gpu_hour": price},
+        "scheduler": {"policy": policy_name, **policy_probe.params()},
+        "kv_cache": {
+            "allocator": allocator,
+            "block_size": block_size,
+            "gpu_memory_utilization": util,
+            "num_blocks": num_blocks,
+            "kv_bytes_per_token": model.kv_bytes_per_token,
+            "on_oversize": on_oversize,
+        },
+        "latency": latency.describe(),
+        "cluster": {"replicas": num_replicas, "router": {"name": router_name, **router.params()}},
+        "workload": config.get("workload"),
+        "slo": {"ttft_ms": _to_ms(slo["ttft_s"]), "tpot_ms": _to_ms(slo["tpot_s"])},
+        "sim": {"horizon_s": horizon_s, "coalesce": coalesce},
+    }
+    return Built(
+        name, seed, model, gpu, tp, workload, latency, slo, price, horizon_s, coalesce,
+        make_replicas, router, resolved,
+    )  # fmt: skip
+
+
+def simulate(built: Built) -> Results:
+    """Run one built experiment to completion (or to its horizon)."""
+    t0 = time.perf_counter()
+    env = simpy.Environment()
+    cluster = Cluster(env, built.workload.requests, built.router)
+    replicas = built.make_replicas(env, cluster)
+    cluster.start()
+    if built.horizon_s is not None:
+        env.run(until=built.horizon_s)
+        end_s = built.horizon_s
+        for rep in replicas:
+            rep.sync()
+    else:
+        env.run()
+        end_s = env.now
+    cols = request_table(cluster.requests)
+    steps = step_arrays(replicas)
+    summary = summarize(
+        cols, steps, replicas, slo=built.slo, model=built.model, gpu=built.gpu, tp=built.tp,
+        end_s=end_s, price_per_gpu_hour=built.price_per_gpu_hour,
+    )  # fmt: skip
+    summary["requests"]["not_arrived_by_horizon"] = len(built.workload.requests) - len(
+        cluster.requests
+    )
+    summary["requests"]["cut_by_workload_limits"] = dict(built.workload.cuts)
+    summary["workload"] = built.workload.info
+    summary["latency_model"] = built.latency.describe()
+    summary["kv_cache"] = {
+        "num_blocks_per_replica": replicas[0].kv.num_blocks,
+        "block_size": replicas[0].kv.block_size,
+        "capacity_tokens_per_replica": replicas[0].kv.num_blocks * replicas[0].kv.block_size,
+    }
+    _check_conservation(cluster, replicas, horizon=built.horizon_s is not None)
+    return Results(summary, cols, steps, built.resolved, time.perf_counter() - t0)
+
+
+def _check_conservation(cluster, replicas, horizon: bool) -> None:
+    """Every arrived request is accounted for; after a full run every KV block is back."""
+    if not horizon:
+        for rep in replicas:
+            if rep.waiting or rep.running or rep.kv.num_used_blocks:
+                raise AssertionError(
+                    f"replica {rep.index} ended with {len(rep.waiting)} waiting, "
+                    f"{len(rep.running)} running, {rep.kv.num_used_blocks} KV blocks held"
+                )
+
+
+def _check_fits(workload, max_model_len, capacity_tokens, on_oversize, where) -> None:
+    if on_oversize != "error":
+        return
+    limit = min(max_model_len, capacity_tokens)
+    for i, r in enumerate(workload.requests):
+        total = r.num_prompt_tokens + r.num_output_tokens
+        if total > limit:
+            what = (
+                f"max_model_len {max_model_len}"
+                if total > max_model_len
+                else f"the KV cache ({capacity_tokens} tokens per replica)"
+            )
+            raise ConfigError(
+                where,
+                "workload",
+                f"request {i} needs {total} tokens (prompt {r.num_prompt_tokens} + output "
+                f"{r.num_output_tokens}), more than {what}; set workload.limits.max_total_tokens "
+                "to cut such requests, or kv_cache.on_oversize: reject",
+            )
+
+
+def make_policy(policy_cls, sched: Section, engine: dict):
+    """Build a policy from the ``scheduler`` section; its unknown keys are errors."""
+    sec = Section(sched.data, sched.where, sched.path)
+    sec.raw("policy")
+    policy = policy_cls(sec, engine)
+    sec.done()
+    return policy
+
+
+def _mark_all_used(sec: Section) -> None:
+    # the section was validated by its owner (policy/router) on a separate Section view
+    for k in sec.data:
+        sec._used.add(k)
+
+
+def _ms(v):
+    return None if v is None else v / 1000.0
+
+
+def _to_ms(v):
+    return None if v is None else v * 1000.0
