@@ -65,9 +65,7 @@ class ContinuousBatching(Policy):
         while waiting and len(replica.running) < self.max_num_seqs:
             req = waiting[0]
             if req.num_preemptions == 0 and req.first_scheduled_s is None:
-                reason = too_long(
-                    replica, req, self.max_num_batched_tokens, self._watermark_blocks
-                )
+                reason = too_long(replica, req, self.max_num_batched_tokens, self._watermark_blocks)
                 if reason:
                     waiting.popleft()
                     replica.reject(req, reason, now)

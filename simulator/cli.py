@@ -20,6 +20,13 @@ def cmd_run(args) -> int:
 
     path = Path(args.file)
     config = apply_overrides(load_yaml(path), args.set or [])
+    if config.get("sweep") or len(config.get("seeds") or []) > 1:
+        print(
+            f"servesim: note: {path} has a sweep/seeds block; `run` runs its base point only "
+            "(use `servesim sweep` for the grid)",
+            file=sys.stderr,
+        )
+    config = {k: v for k, v in config.items() if k not in ("sweep", "seeds", "regress")}
     name = config.get("name") if isinstance(config.get("name"), str) else path.stem
     try:
         built = build(config, str(path), path.parent, seed=args.seed)
@@ -36,6 +43,64 @@ def cmd_run(args) -> int:
         print(format_summary(results.summary, built.name))
         print(f"results: {out}  (simulated in {results.wall_s:.2f} s)")
     return 0
+
+
+def cmd_sweep(args) -> int:
+    from simulator.config import apply_overrides, load_yaml
+    from simulator.sweeprun import run_sweep
+
+    path = Path(args.file)
+    config = apply_overrides(load_yaml(path), args.set or [])
+    name = config.get("name") if isinstance(config.get("name"), str) else path.stem
+    out = Path(args.out) if args.out else Path("results") / name
+    index = run_sweep(
+        config, str(path), path.parent, out, jobs=args.jobs, backend=args.backend,
+        address=args.address, progress=not args.quiet,
+    )  # fmt: skip
+    failed = index[index["status"] == "failed"]
+    print(f"sweep: {len(index)} runs, {len(failed)} failed; index: {out / 'index.csv'}")
+    for _, row in failed.iterrows():
+        print(f"  failed {row['folder']}: {row['error']}")
+    return 1 if len(failed) else 0
+
+
+def cmd_plot(args) -> int:
+    from simulator.plots import plot_results
+
+    out = Path(args.out) if args.out else Path(args.results) / "plots"
+    for f in plot_results(Path(args.results), out, at_rate=args.at, run=args.run):
+        print(f)
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from simulator.compare import compare
+
+    print(compare(Path(args.a), Path(args.b), resamples=args.resamples, seed=args.seed,
+                  level=args.level))  # fmt: skip
+    return 0
+
+
+def cmd_capacity(args) -> int:
+    from simulator.capacity import capacity_cli
+
+    return capacity_cli(args)
+
+
+def cmd_timeline(args) -> int:
+    from simulator.timeline import write_timeline
+
+    run = Path(args.run)
+    out = Path(args.out) if args.out else run / "timeline.json"
+    n = write_timeline(run, out)
+    print(f"{out}: {n} events (open in https://ui.perfetto.dev or chrome://tracing)")
+    return 0
+
+
+def cmd_regress(args) -> int:
+    from simulator.regress import regress_cli
+
+    return regress_cli(args)
 
 
 def cmd_profile(argv: list[str]) -> int:
@@ -55,6 +120,63 @@ def make_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-steps", action="store_true", help="do not write steps.csv")
     run.add_argument("--quiet", action="store_true")
     run.set_defaults(func=cmd_run)
+    sw = sub.add_parser("sweep", help="run every point of an experiment's sweep: and seeds:")
+    sw.add_argument("file")
+    sw.add_argument("--jobs", "-j", type=int, default=1, help="parallel runs (default 1)")
+    sw.add_argument("--out", help="sweep folder (default results/<name>)")
+    sw.add_argument("--backend", choices=["local", "ray"], default="local")
+    sw.add_argument("--address", help="Ray cluster address to join (default: a local instance)")
+    sw.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a key")
+    sw.add_argument("--quiet", action="store_true", help="no progress bar")
+    sw.set_defaults(func=cmd_sweep)
+
+    pl = sub.add_parser("plot", help="plot saved results (a sweep folder or a run folder)")
+    pl.add_argument("results")
+    pl.add_argument("--out", help="folder for the figures (default RESULTS/plots)")
+    pl.add_argument("--at", type=float, help="rate of the CDF plots (default: middle rate)")
+    pl.add_argument("--run", help="run folder for the time-series plot (default: highest rate)")
+    pl.set_defaults(func=cmd_plot)
+
+    cp = sub.add_parser("compare", help="side-by-side metrics of two runs (or seed sets)")
+    cp.add_argument("a")
+    cp.add_argument("b")
+    cp.add_argument("--resamples", type=int, default=10000, help="bootstrap resamples")
+    cp.add_argument("--level", type=float, default=0.95, help="confidence level")
+    cp.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    cp.set_defaults(func=cmd_compare)
+
+    ca = sub.add_parser("capacity", help="highest arrival rate that meets SLOs, per policy")
+    ca.add_argument("file")
+    ca.add_argument(
+        "--slo",
+        action="append",
+        required=True,
+        metavar="METRIC_pNN=SECONDS",
+        help="e.g. ttft_p95=0.5 (repeat for several)",
+    )
+    ca.add_argument("--target", type=float, default=0.9, help="SLO attainment needed (0.9)")
+    ca.add_argument("--policies", help="comma-separated policies (default: the file's)")
+    ca.add_argument("--max-requests", type=int, default=1000, help="requests per run (1000)")
+    ca.add_argument("--tolerance", type=float, default=0.02, help="relative rate precision")
+    ca.add_argument("--max-runs", type=int, default=30, help="runs per policy at most")
+    ca.add_argument("--jobs", "-j", type=int, default=1, help="policies searched in parallel")
+    ca.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a key")
+    ca.set_defaults(func=cmd_capacity)
+
+    tl = sub.add_parser("timeline", help="export a run as a Chrome/Perfetto trace JSON")
+    tl.add_argument("run")
+    tl.add_argument("--out", help="output file (default RUN/timeline.json)")
+    tl.set_defaults(func=cmd_timeline)
+
+    rg = sub.add_parser("regress", help="re-run the CI subset and compare with baselines")
+    rg.add_argument("experiments", help="folder of experiment YAMLs (those with a regress: key)")
+    rg.add_argument("--baseline", required=True, help="folder of baseline JSON files")
+    rg.add_argument("--update", action="store_true", help="rewrite the baselines")
+    rg.add_argument("--tolerance-file", help="YAML of per-metric tolerances")
+    rg.add_argument("--only", action="append", help="run only this experiment (by file stem)")
+    rg.add_argument("--jobs", "-j", type=int, default=1, help="parallel runs")
+    rg.set_defaults(func=cmd_regress)
+
     sub.add_parser("profile", help="profile GPU kernels into latency tables (needs torch+CUDA)")
     return p
 

@@ -18,7 +18,12 @@ from simulator.errors import ConfigError
 TOP_LEVEL = (
     "name", "description", "seed", "model", "hardware", "scheduler", "kv_cache", "latency",
     "cluster", "workload", "slo", "sim", "output",
+    # read by the experiment tooling (simulator/sweep.py, simulator/regress.py), not by a run:
+    "sweep", "seeds", "regress",
 )  # fmt: skip
+
+# Keys that describe how to run an experiment (a grid, repeats, a CI subset) rather than one run.
+TOOLING_KEYS = ("sweep", "seeds", "regress")
 
 
 def load_yaml(path: str | Path) -> dict:
@@ -30,7 +35,9 @@ def load_yaml(path: str | Path) -> dict:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(str(path), "", f"not valid YAML{at}: {getattr(e, 'problem', e)}") from None
+        raise ConfigError(
+            str(path), "", f"not valid YAML{at}: {getattr(e, 'problem', e)}"
+        ) from None
     if not isinstance(data, dict):
         raise ConfigError(str(path), "", "expected a mapping of experiment sections at top level")
     return data

@@ -215,18 +215,14 @@ def _require_pos_int(spec: ModelSpec, name: str) -> None:
         raise ValueError(f"{spec.name}: {name} must be a positive integer, got {v!r}")
 
 
-def _llama(name: str, **kw: Any) -> ModelSpec:
-    return ModelSpec(name=name, **kw)
-
-
 #: Published config.json values (Hugging Face). Sliding windows and RoPE scaling do not change
 #: shapes; the simulator assumes full attention over the whole context.
 MODELS: dict[str, ModelSpec] = {
     m.name: m
     for m in (
         # meta-llama/Llama-2-7b-hf: MHA (32 KV heads).
-        _llama(
-            "llama-2-7b",
+        ModelSpec(
+            name="llama-2-7b",
             num_layers=32,
             hidden_size=4096,
             num_heads=32,
@@ -236,8 +232,8 @@ MODELS: dict[str, ModelSpec] = {
             max_model_len=4096,
         ),
         # meta-llama/Meta-Llama-3-8B: GQA (8 KV heads).
-        _llama(
-            "llama-3-8b",
+        ModelSpec(
+            name="llama-3-8b",
             num_layers=32,
             hidden_size=4096,
             num_heads=32,
@@ -247,8 +243,8 @@ MODELS: dict[str, ModelSpec] = {
             max_model_len=8192,
         ),
         # meta-llama/Llama-3.1-8B: same shapes, 128k context.
-        _llama(
-            "llama-3.1-8b",
+        ModelSpec(
+            name="llama-3.1-8b",
             num_layers=32,
             hidden_size=4096,
             num_heads=32,
@@ -258,8 +254,8 @@ MODELS: dict[str, ModelSpec] = {
             max_model_len=131072,
         ),
         # meta-llama/Meta-Llama-3-70B: GQA (8 KV heads), 80 layers.
-        _llama(
-            "llama-3-70b",
+        ModelSpec(
+            name="llama-3-70b",
             num_layers=80,
             hidden_size=8192,
             num_heads=64,
@@ -269,8 +265,8 @@ MODELS: dict[str, ModelSpec] = {
             max_model_len=8192,
         ),
         # meta-llama/Llama-3.1-70B: same shapes, 128k context.
-        _llama(
-            "llama-3.1-70b",
+        ModelSpec(
+            name="llama-3.1-70b",
             num_layers=80,
             hidden_size=8192,
             num_heads=64,
@@ -280,8 +276,8 @@ MODELS: dict[str, ModelSpec] = {
             max_model_len=131072,
         ),
         # mistralai/Mistral-7B-v0.3 (v0.3 vocab 32768; v0.1 had 32000 and a 4096 sliding window).
-        _llama(
-            "mistral-7b",
+        ModelSpec(
+            name="mistral-7b",
             num_layers=32,
             hidden_size=4096,
             num_heads=32,
@@ -292,8 +288,8 @@ MODELS: dict[str, ModelSpec] = {
         ),
         # Qwen/Qwen2.5-7B-Instruct: GQA (4 KV heads), qkv bias; 32768 native context (131072
         # only with YaRN scaling).
-        _llama(
-            "qwen2.5-7b",
+        ModelSpec(
+            name="qwen2.5-7b",
             num_layers=28,
             hidden_size=3584,
             num_heads=28,
@@ -326,7 +322,12 @@ MODEL_ALIASES: dict[str, str] = {
 
 
 def lookup_catalog(
-    value: str, catalog: Mapping[str, Any], aliases: Mapping[str, str], what: str, where, key
+    value: str,
+    catalog: Mapping[str, Any],
+    aliases: Mapping[str, str],
+    what: str,
+    where: str,
+    key: str,
 ) -> Any:
     """Case-insensitive catalog lookup; unknown names raise ConfigError listing known names."""
     name = value.strip().lower()

@@ -52,7 +52,10 @@ class _Renewal:
         Gaps are drawn in chunks; each chunk's cumulative sum starts from the previous time, so
         the additions happen in the same order as in ``times`` and the values are bit-identical.
         """
-        chunk = int(min(max_n, horizon_s * self.rate_per_s * 1.1)) + 64
+        expected = horizon_s * self.rate_per_s
+        if expected > 2 * max_n:  # fail before allocating: the count is ~ expected
+            raise TooManyArrivals(f"about {expected:.3g} arrivals before {horizon_s} s")
+        chunk = int(min(max_n, expected * 1.1)) + 64
         parts = [np.zeros(1)]
         count, last = 1, 0.0
         while last <= horizon_s:

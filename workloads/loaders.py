@@ -26,7 +26,6 @@ from itertools import chain
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from simulator.errors import ConfigError
 
@@ -47,7 +46,12 @@ class TraceFormatError(ConfigError):
         self.line = line
         self.row = row
         self.column = column
-        key = f"line {line} (data row {row})" if line else ""
+        if not line:
+            key = ""
+        elif row:
+            key = f"line {line} (data row {row})"
+        else:
+            key = f"line {line} (header)"
         if column:
             message = f"column {column!r}: {message}"
         super().__init__(str(path), key, message)
@@ -75,7 +79,7 @@ def detect_format(path: Path) -> str:
     path = Path(path)
     if path.suffix.lower() in (".jsonl", ".json"):
         return "mooncake"
-    header, _ = _csv_header(path)
+    header, line = _csv_header(path)
     columns = set(header)
     if set(AZURE_COLUMNS) <= columns:
         return "azure"
@@ -88,8 +92,7 @@ def detect_format(path: Path) -> str:
         f"cannot tell the trace format from the columns {header}; expected {list(AZURE_COLUMNS)}"
         f" (azure), {list(VIDUR_COLUMNS)} (vidur) or {list(LENGTH_COLUMNS)} (lengths), or a .jsonl"
         " file (mooncake); or set the format explicitly",
-        line=1,
-        row=0,
+        line=line,
     )
 
 
@@ -129,18 +132,27 @@ def _load_azure(path: Path) -> Trace:
     cols = _csv_columns(path, AZURE_COLUMNS)
     prompt = _int_array(path, cols["ContextTokens"], minimum=1)
     output = _int_array(path, cols["GeneratedTokens"], minimum=0)
-    stamps = cols["TIMESTAMP"]
-    parsed = pd.to_datetime(
-        pd.Series(stamps.values, dtype=object), format="ISO8601", errors="coerce"
-    )
-    bad = np.flatnonzero(parsed.isna().to_numpy())
-    if len(bad):
-        raise stamps.error(
-            path, bad[0], "expected a timestamp like 2023-11-16 18:15:46.6805900, got {value}"
-        )
-    nanos = parsed.to_numpy(dtype="datetime64[ns]").astype(np.int64)
+    nanos = _wall_clock_ns(path, cols["TIMESTAMP"])
     arrival = (nanos - nanos.min()) / 1e9
     return _sorted_trace(path, "azure", prompt, output, arrival)
+
+
+def _wall_clock_ns(path: Path, col: Column) -> np.ndarray:
+    """ISO-8601 wall-clock strings ("2023-11-16 18:15:46.6805900") as int64 nanoseconds."""
+    example = "expected a timestamp like 2023-11-16 18:15:46.6805900, got {value}"
+    try:
+        stamps = np.array(col.values, dtype="datetime64[ns]")
+    except ValueError:
+        for i, value in enumerate(col.values):
+            try:
+                np.datetime64(value, "ns")
+            except ValueError:
+                raise col.error(path, i, example) from None
+        raise AssertionError("unreachable: the array parse failed, so some cell is bad") from None
+    missing = np.flatnonzero(np.isnat(stamps))
+    if len(missing):
+        raise col.error(path, missing[0], example)
+    return stamps.astype(np.int64)
 
 
 def _load_length_csv(path: Path, with_arrivals: bool) -> Trace:

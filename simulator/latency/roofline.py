@@ -32,7 +32,7 @@ exactly the overhead. Every term is a non-decreasing function of the features, s
 
 The simulator calls `RooflineLatencyModel.step_time` once per simulated step, hundreds of
 thousands of times per run; all per-model constants are folded in ``__init__`` so a call is a
-few float operations (about 0.5 us on a laptop-class CPU; see ``tests/test_roofline.py``).
+few float operations (about 0.8 us per call with Python 3.11; see ``tests/test_roofline.py``).
 `RooflineLatencyModel.breakdown` recomputes the same step term by term, for MFU / MBU and tests.
 """
 

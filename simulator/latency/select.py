@@ -5,7 +5,8 @@
   (``profiles/<gpu>/<model>_tp<k>/``), else the roofline model, labelled as such;
 * ``profile``: a profiled table (``latency.table`` names its folder; default as for auto), an
   error if none;
-* ``roofline``: the analytic bound from the model and GPU catalogs.
+* ``roofline``: the analytic bound from the model and GPU catalogs;
+* ``constant``: every step takes ``step_ms`` (hand-computable runs; not a GPU model).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from simulator.cfg import Section
 from simulator.errors import ConfigError
 from simulator.hardware import GPUSpec
+from simulator.latency.constant import ConstantLatencyModel
 from simulator.latency.roofline import DEFAULT_STEP_OVERHEAD_S, RooflineLatencyModel
 from simulator.models import ModelSpec
 
@@ -31,10 +33,17 @@ def default_table_dir(model: ModelSpec, gpu: GPUSpec, tp: int) -> Path | None:
 
 
 def build_latency(sec: Section, model: ModelSpec, gpu: GPUSpec, tp: int, where: str, base_dir):
-    kind = sec.str("model", "auto", choices=["auto", "profile", "roofline"])
+    kind = sec.str("model", "auto", choices=["auto", "profile", "roofline", "constant"])
     table = sec.str("table", None)
     overhead_ms = sec.num("step_overhead_ms", None, min=0)
+    step_ms = sec.num("step_ms", None, min=0, strict_min=True)
     sec.done()
+    if kind == "constant":
+        if step_ms is None:
+            raise sec.error("step_ms", "required with model: constant")
+        return ConstantLatencyModel(step_ms / 1000.0)
+    if step_ms is not None:
+        raise sec.error("step_ms", "only used with model: constant")
     if kind == "roofline":
         if table is not None:
             raise sec.error("table", "a table is only used with model: profile or auto")

@@ -1,0 +1,394 @@
+"""``servesim profile``: measure a table, report its held-out error, diff two tables.
+
+Forms (argv excludes the word "profile"):
+
+* ``--model NAME --tp K --out DIR [--budget-minutes M] [--resume] [--skip-steps]``
+  measures every op family and whole steps on the local GPU into DIR (resumable: with
+  ``--resume`` rows already in DIR are kept and skipped; without it DIR must be empty or absent);
+* ``report DIR``: error of the latency model on the whole steps it was not fitted on;
+* ``diff OLD NEW [--threshold 0.1]``: per-op relative change of the median times.
+
+Exit codes: 0 ok, 2 bad input (one line on stderr, no traceback) or no torch / CUDA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import subprocess
+import sys
+import time
+
+from simulator.errors import ConfigError
+
+# share of the budget per phase; unused time carries over to the next phase
+PHASES = (
+    ("gemm", 0.12),
+    ("elementwise", 0.05),
+    ("attn_decode", 0.17),
+    ("attn_prefill", 0.18),
+    ("allreduce", 0.05),
+    ("steps", 0.43),
+)
+
+
+def main(argv: list[str]) -> int:
+    try:
+        if argv and argv[0] == "report":
+            return _report(argv[1:])
+        if argv and argv[0] == "diff":
+            return _diff(argv[1:])
+        return _profile(argv)
+    except ConfigError as e:
+        print(e.one_line(), file=sys.stderr)
+        return 2
+
+
+# ---- report / diff (no torch) ------------------------------------------------------------
+
+
+def _report(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="servesim profile report")
+    ap.add_argument("dir")
+    a = ap.parse_args(argv)
+    from simulator.latency.profiled import load_for_report
+
+    m = load_for_report(a.dir)
+    print(format_report(m))
+    return 0
+
+
+def format_report(m) -> str:
+    d = m.describe()
+    fit, ho = d["fit"], d["heldout"]
+    lines = [f"{m.name}  ({m.table_dir})"]
+    lines.append(
+        f"  gpu {d['gpu'].get('name')}  torch {d['torch']}  attention {d['attention_backend']}"
+        f"  dtype {d['dtype']}  date {d['date']}"
+    )
+    if fit.get("calibrated"):
+        lines.append(
+            f"  fit on {fit['train_steps']} steps: base {fit['base_overhead_ms']} ms, "
+            f"mixed +{fit['mixed_overhead_ms']} ms, gamma {fit['gamma']}; train median "
+            f"{_pct(fit['train_median_abs_err'])}, p95 {_pct(fit['train_p95_abs_err'])}"
+        )
+    if ho.get("test_steps"):
+        lines.append(
+            f"  held-out ({ho['test_steps']} steps never used in the fit): median "
+            f"{_pct(ho['median_abs_err'])}, p95 {_pct(ho['p95_abs_err'])}, max "
+            f"{_pct(ho['max_abs_err'])}"
+        )
+        for w in ho["worst"]:
+            lines.append(
+                f"    worst: {w['kind']:<6} prefill {w['prefill_tokens']} tok / "
+                f"{w['prefill_seqs']} seq (ctx {w['mean_prefill_ctx']}), decode "
+                f"{w['decode_seqs']} seq / {w['decode_ctx']} ctx: measured "
+                f"{w['measured_ms']} ms, model {w['predicted_ms']} ms ({w['rel_err']:+.1%})"
+            )
+    else:
+        lines.append("  held-out: no test steps in steps.csv")
+    lines.append(f"  all-reduce: {d['allreduce']}")
+    for w in d["warnings"]:
+        lines.append(f"  warning: {w}")
+    return "\n".join(lines)
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+DIFF_KEYS = {
+    "gemm.csv": ("op", "tokens"),
+    "elementwise.csv": ("op", "tokens"),
+    "attn_decode.csv": ("batch", "total_ctx", "uneven", "causal"),
+    "attn_prefill.csv": ("seqs", "chunk", "context_before"),
+    "allreduce.csv": ("tp", "tokens"),
+    "steps.csv": ("prefill_tokens", "prefill_attn", "prefill_seqs", "decode_seqs"),
+}
+
+
+def _diff(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="servesim profile diff")
+    ap.add_argument("old")
+    ap.add_argument("new")
+    ap.add_argument("--threshold", type=float, default=0.1)
+    a = ap.parse_args(argv)
+    from profiles.table import load_table
+
+    old = load_table(a.old, require_steps=False)
+    new = load_table(a.new, require_steps=False)
+    for field in ("gpu", "torch_version", "attention_backend", "dtype", "date"):
+        o, n = old.meta.get(field), new.meta.get(field)
+        if isinstance(o, dict):
+            o, n = o.get("name"), (n or {}).get("name")
+        if o != n:
+            print(f"meta {field}: {o} -> {n}")
+    flagged = 0
+    for name, keys in DIFF_KEYS.items():
+        ro = {_key(r, keys): r for r in old.rows.get(name, [])}
+        rn = {_key(r, keys): r for r in new.rows.get(name, [])}
+        common = sorted(set(ro) & set(rn), key=str)
+        if not common:
+            continue
+        groups: dict[str, list[float]] = {}
+        moves = []
+        for k in common:
+            a_, b_ = ro[k]["median_us"], rn[k]["median_us"]
+            if a_ <= 0:
+                continue
+            ch = b_ / a_ - 1.0
+            g = str(k[0]) if name in ("gemm.csv", "elementwise.csv") else name[:-4]
+            groups.setdefault(g, []).append(ch)
+            if abs(ch) > a.threshold:
+                moves.append((k, a_, b_, ch))
+        for g, chs in groups.items():
+            chs.sort()
+            med = chs[len(chs) // 2]
+            print(
+                f"{name:<17} {g:<13} {len(chs):4d} points  median change {med:+.1%}  "
+                f"range {chs[0]:+.1%} .. {chs[-1]:+.1%}"
+            )
+        for k, a_, b_, ch in sorted(moves, key=lambda m: -abs(m[3]))[:10]:
+            print(f"  FLAG {name} {dict(zip(keys, k))}: {a_:.1f} -> {b_:.1f} us ({ch:+.1%})")
+        flagged += len(moves)
+        only_o, only_n = len(set(ro) - set(rn)), len(set(rn) - set(ro))
+        if only_o or only_n:
+            print(f"  {name}: {only_o} points only in OLD, {only_n} only in NEW")
+    print(f"{flagged} points moved by more than {a.threshold:.0%}")
+    return 0
+
+
+def _key(r: dict, keys) -> tuple:
+    out = []
+    for k in keys:
+        v = r[k]
+        out.append(int(v) if isinstance(v, float) and v.is_integer() else v)
+    return tuple(out)
+
+
+# ---- profiling (torch imported lazily) -----------------------------------------------------
+
+
+def _resolve_model(name: str):
+    try:
+        from simulator.models import load_model
+
+        return load_model(name, "<cli>", "--model")
+    except ImportError:  # catalog not available: the few shapes this profiler ships for
+        from profiles.shapes import fallback_model
+
+        return fallback_model(name)
+
+
+def gpu_key(name: str) -> str:
+    low = name.lower()
+    for k in ("h200", "h100", "a100", "l40s", "b200", "gh200"):
+        if k in low:
+            return k
+    return "".join(ch if ch.isalnum() else "-" for ch in low).strip("-")
+
+
+def _smi(query: str) -> str | None:
+    try:
+        r = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20,
+        )
+        return r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout else None
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return None
+
+
+def _git_commit() -> str | None:
+    try:
+        r = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+            cwd=os.path.dirname(os.path.abspath(__file__)),
+        )
+        return r.stdout.strip() or None if r.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _profile(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="servesim profile")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--budget-minutes", type=float, default=5.0)
+    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--skip-steps", action="store_true", help="op tables only")
+    ap.add_argument("--max-tokens", type=int, default=16384)
+    a = ap.parse_args(argv)
+    if a.tp < 1:
+        raise ConfigError("<cli>", "--tp", f"expected a positive integer, got {a.tp}")
+    spec = _resolve_model(a.model)
+    try:
+        import torch
+    except ImportError:
+        print("servesim profile: torch is not installed (pip install servesim[profile])",
+              file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("servesim profile: no CUDA GPU visible to torch", file=sys.stderr)
+        return 2
+    if os.path.isdir(a.out) and os.listdir(a.out) and not a.resume:
+        raise ConfigError(a.out, "--out", "directory is not empty (use --resume to continue)")
+    os.makedirs(a.out, exist_ok=True)
+    return run_profile(spec, a.tp, a.out, a.budget_minutes * 60, a.skip_steps, a.max_tokens)
+
+
+def run_profile(spec, tp: int, out: str, budget_s: float, skip_steps: bool,
+                max_tokens: int = 16384) -> int:
+    import torch
+
+    from profiles import measure as M
+    from profiles.torch_model import StepRunner, varlen_features
+
+    t0 = time.time()
+    sh = M.Shapes(spec, tp)
+    times: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    prev = _read_prev_meta(out)
+    acc = 0.0
+    deadlines = {}
+    for name, frac in PHASES:
+        acc += frac
+        deadlines[name] = t0 + acc * budget_s
+    grid = M.token_grid(max_tokens)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    with torch.inference_mode():
+        for name in ("gemm", "elementwise", "attn_decode", "attn_prefill"):
+            ts = time.time()
+            if name == "gemm":
+                counts[name] = M.profile_gemm(out, sh, deadlines[name], grid)
+            elif name == "elementwise":
+                counts[name] = M.profile_elementwise(out, sh, deadlines[name], grid)
+            else:
+                free = torch.cuda.mem_get_info()[0]
+                pool_tokens = min(2**21, int(free * 0.5) // (sh.KVH * sh.D * 2 * 2))
+                bench = M.AttnBench(sh, pool_tokens)
+                fn = M.profile_attn_decode if name == "attn_decode" else M.profile_attn_prefill
+                counts[name] = fn(out, sh, deadlines[name], bench)
+                del bench
+                torch.cuda.empty_cache()
+            times[name] = round(time.time() - ts, 1)
+    ar_note = "not measured"
+    if tp > 1:
+        ts = time.time()
+        n = torch.cuda.device_count()
+        if n >= tp:
+            ar_grid = [t for t in grid if t <= max_tokens]
+            counts["allreduce"] = M.profile_allreduce(out, sh, tp, ar_grid)
+            ar_note = f"measured with NCCL on {tp} GPUs (NCCL_NVLS_ENABLE=0)"
+        else:
+            ar_note = f"not measured: {n} GPU(s) visible, tp={tp} needs {tp}"
+        times["allreduce"] = round(time.time() - ts, 1)
+    runner_info = {}
+    if not skip_steps:
+        ts = time.time()
+        runner = StepRunner(spec, tp=tp, max_seqs=512, max_tokens=max_tokens,
+                            max_model_len=max(getattr(spec, "max_model_len", 8192), 65536))
+        runner_info = {
+            "kv_layout": runner.kv_layout,
+            "shared_weights": runner.shared_weights,
+            "kv_capacity_tokens": runner.capacity_tokens,
+            "block_size": runner.block_size,
+            "weight_gib": round(runner.weight_bytes / 2**30, 2),
+        }
+        counts["steps"] = M.profile_steps(out, runner, deadlines["steps"])
+        runner.close()
+        del runner
+        torch.cuda.empty_cache()
+        times["steps"] = round(time.time() - ts, 1)
+    total = round(time.time() - t0, 1)
+    props = torch.cuda.get_device_properties(0)
+    feat = varlen_features()
+    meta = {
+        "schema_version": 1,
+        "gpu": {
+            "key": gpu_key(props.name),
+            "name": props.name,
+            "memory_gib": round(props.total_memory / 2**30, 1),
+            "sm_count": props.multi_processor_count,
+            "driver": _smi("driver_version"),
+            "clocks_mhz": _smi("clocks.sm,clocks.max.sm,clocks.mem"),
+            "count_visible": torch.cuda.device_count(),
+        },
+        "model": {
+            "name": spec.name,
+            "num_layers": spec.num_layers,
+            "hidden_size": spec.hidden_size,
+            "num_heads": spec.num_heads,
+            "num_kv_heads": spec.num_kv_heads,
+            "head_dim": spec.head_dim,
+            "intermediate_size": spec.intermediate_size,
+            "vocab_size": spec.vocab_size,
+        },
+        "tp": tp,
+        "per_gpu_shapes": {
+            "heads": sh.H, "kv_heads": sh.KVH, "intermediate": sh.inter, "vocab": sh.vocab,
+        },
+        "dtype": "bfloat16",
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda,
+        "attention_backend": "flash (torch.nn.attention.varlen.varlen_attn)",
+        "varlen_signature": feat["signature"],
+        "attention_kv_layout": "paged (block_table, block 16)" if feat["paged"] else "contiguous",
+        "decode_attention": "query length 1, causal flag OFF (see attn_decode.csv causal=1 rows)",
+        "allreduce": ar_note,
+        "allreduce_estimate": {"bus_gbps": 300.0, "latency_us": 12.0},
+        "step_runner": runner_info,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "git_commit": _git_commit(),
+        "grid": {
+            "gemm_tokens": f"{len(grid)} points in 1..{max_tokens} (powers of 2, 1.5x, multiples)",
+            "attn_decode": "batch 1..512 x total context 512..524288 (uneven contexts, batch>=2)",
+            "attn_prefill": "seqs {1,4,16} x chunk 16..16384 x context_before 0..32768",
+            "steps": "decode-only (CUDA graphs) and mixed prefill+decode (eager); 1/3 held out",
+        },
+        "points_measured_this_run": counts,
+        "time_taken_s": _merge_times(prev, times, total),
+    }
+    import yaml
+
+    with open(os.path.join(out, "meta.yaml"), "w") as f:
+        yaml.safe_dump(meta, f, sort_keys=False)
+    print(f"profiled {spec.name} tp{tp} on {props.name} in {total:.0f}s: "
+          + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    if not skip_steps and os.path.exists(os.path.join(out, "steps.csv")):
+        try:
+            from simulator.latency.profiled import load_for_report
+
+            print(format_report(load_for_report(out)))
+        except ConfigError as e:
+            print(f"report failed: {e.one_line()}")
+    return 0
+
+
+def _read_prev_meta(out: str) -> dict:
+    p = os.path.join(out, "meta.yaml")
+    if not os.path.exists(p):
+        return {}
+    import yaml
+
+    try:
+        with open(p) as f:
+            return yaml.safe_load(f) or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+
+
+def _merge_times(prev: dict, times: dict, total: float) -> dict:
+    """Accumulate time over resumed runs so the table records its whole profiling cost."""
+    old = (prev.get("time_taken_s") or {}) if isinstance(prev, dict) else {}
+    out = {}
+    for k in set(old) | set(times) | {"total"}:
+        v = (old.get(k) or 0) + (total if k == "total" else times.get(k, 0))
+        out[k] = round(v, 1)
+    return dict(sorted(out.items()))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

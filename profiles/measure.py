@@ -1,0 +1,555 @@
+"""Op-level and whole-step measurements that fill a table directory (torch imported lazily).
+
+Each family is a list of grid points ordered coarse-first (powers of two before the points in
+between), so that a budget cut still leaves a usable grid. Points already present in the CSVs
+are skipped (resume after an interruption). Every measured row is appended and flushed at once.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+import time
+
+from profiles import table as tbl
+from profiles.timing import rotations, time_calls
+
+
+def token_grid(max_tokens: int = 16384) -> list[int]:
+    """1..max: powers of two first, then 1.5x points, then batch-like multiples (coarse-first)."""
+    pow2 = [2**i for i in range(0, 15) if 2**i <= max_tokens]
+    mid = [3 * 2**i for i in range(0, 14) if 3 * 2**i <= max_tokens and 3 * 2**i not in pow2]
+    extra = [t for t in (24, 40, 80, 160, 320, 640, 1280, 2560, 5120, 10240) if t <= max_tokens]
+    out = []
+    for t in pow2 + mid + extra:
+        if t not in out:
+            out.append(t)
+    return out
+
+
+class Progress:
+    """A one-line progress bar on stderr."""
+
+    def __init__(self, label: str, total: int):
+        self.label, self.total, self.n, self.t0 = label, total, 0, time.time()
+
+    def step(self, note: str = "") -> None:
+        self.n += 1
+        frac = self.n / max(1, self.total)
+        bar = "#" * int(24 * frac)
+        sys.stderr.write(
+            f"\r{self.label:<13} [{bar:<24}] {self.n}/{self.total} "
+            f"{time.time() - self.t0:5.1f}s {note[:40]:<40}"
+        )
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+class Shapes:
+    """Per-GPU (TP-sharded) sizes of one model."""
+
+    def __init__(self, spec, tp: int):
+        self.spec, self.tp = spec, tp
+        self.L = spec.num_layers
+        self.hidden = spec.hidden_size
+        self.H = max(1, spec.num_heads // tp)
+        self.KVH = max(1, spec.num_kv_heads // tp)
+        self.D = spec.head_dim
+        self.inter = spec.intermediate_size // tp
+        self.vocab = math.ceil(spec.vocab_size / tp)
+
+    def gemms(self) -> dict[str, tuple[int, int]]:
+        """op -> (n, k) of ``y[T, n] = x[T, k] @ W[n, k]^T``."""
+        return {
+            "qkv": ((self.H + 2 * self.KVH) * self.D, self.hidden),
+            "o": (self.hidden, self.H * self.D),
+            "gate_up": (2 * self.inter, self.hidden),
+            "down": (self.hidden, self.inter),
+            "lm_head": (self.vocab, self.hidden),
+        }
+
+
+class Budget:
+    def __init__(self, seconds: float):
+        self.t0 = time.time()
+        self.seconds = seconds
+
+    def left(self) -> float:
+        return self.seconds - (time.time() - self.t0)
+
+
+# ---- GEMMs ---------------------------------------------------------------------------------
+
+
+def profile_gemm(out: str, sh: Shapes, deadline: float, grid: list[int]) -> int:
+    import torch
+    import torch.nn.functional as F
+
+    done = tbl.done_keys(out, "gemm.csv", ("op", "tokens"))
+    todo = [(op, t) for t in grid for op in sh.gemms() if (op, t) not in done]
+    if not todo:
+        return 0
+    bar = Progress("gemm", len(todo))
+    weights: dict[str, list] = {}
+    for op, (n, k) in sh.gemms().items():
+        r = rotations(n * k * 2, cap=8)
+        weights[op] = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(r)]
+    count = 0
+    for op, t in todo:
+        if time.time() > deadline:
+            break
+        n, k = sh.gemms()[op]
+        ws = weights[op]
+        xs = [torch.randn(t, k, device="cuda", dtype=torch.bfloat16) for _ in range(len(ws))]
+        # F.linear as the model calls it (cuBLAS, weight [n, k] transposed in the call)
+        res = time_calls([lambda i=i: F.linear(xs[i], ws[i]) for i in range(len(ws))])
+        tbl.append_row(out, "gemm.csv", {"op": op, "tokens": t, "n": n, "k": k, **res})
+        count += 1
+        bar.step(f"{op} T={t} {res['median_us']:.1f}us")
+        del xs
+    bar.close()
+    del weights
+    torch.cuda.empty_cache()
+    return count
+
+
+# ---- elementwise ops --------------------------------------------------------------------------
+
+
+def profile_elementwise(out: str, sh: Shapes, deadline: float, grid: list[int]) -> int:
+    import torch
+    import torch.nn.functional as F
+
+    ops = ("rmsnorm", "rotary", "silu_mul", "embed", "sampling")
+    done = tbl.done_keys(out, "elementwise.csv", ("op", "tokens"))
+    todo = [(op, t) for t in grid for op in ops if (op, t) not in done]
+    if not todo:
+        return 0
+    bar = Progress("elementwise", len(todo))
+    dt = torch.bfloat16
+    w = torch.randn(sh.hidden, device="cuda", dtype=dt)
+    emb = torch.randn(sh.vocab, sh.hidden, device="cuda", dtype=dt)
+    half = sh.D // 2
+    count = 0
+    for op, t in todo:
+        if time.time() > deadline:
+            break
+        if op == "sampling" and t > 1024:
+            continue  # rows are sequences, not tokens: at most max_seqs
+        if op == "rmsnorm":
+            nbytes = t * sh.hidden * 2 * 2
+            r = rotations(nbytes)
+            xs = [torch.randn(t, sh.hidden, device="cuda", dtype=dt) for _ in range(r)]
+            calls = [lambda x=x: F.rms_norm(x, (sh.hidden,), w, 1e-5) for x in xs]
+        elif op == "rotary":
+            nbytes = t * (sh.H + sh.KVH) * sh.D * 2 * 2
+            r = rotations(nbytes)
+            qs = [torch.randn(t, sh.H, sh.D, device="cuda", dtype=dt) for _ in range(r)]
+            ks = [torch.randn(t, sh.KVH, sh.D, device="cuda", dtype=dt) for _ in range(r)]
+            cos = torch.randn(t, 1, half, device="cuda", dtype=dt)
+            sin = torch.randn(t, 1, half, device="cuda", dtype=dt)
+
+            def rot(x):
+                x1, x2 = x[..., :half], x[..., half:]
+                return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+            calls = [lambda q=q, k=k: (rot(q), rot(k)) for q, k in zip(qs, ks)]
+        elif op == "silu_mul":
+            nbytes = t * sh.inter * 3 * 2
+            r = rotations(nbytes)
+            xs = [torch.randn(t, 2 * sh.inter, device="cuda", dtype=dt) for _ in range(r)]
+            i = sh.inter
+            calls = [lambda x=x: F.silu(x[:, :i]) * x[:, i:] for x in xs]
+        elif op == "embed":
+            ids = [torch.randint(0, sh.vocab, (t,), device="cuda") for _ in range(8)]
+            calls = [lambda d=d: emb[d] for d in ids]
+        else:  # sampling: softmax + argmax over the vocabulary shard, fp32 as engines do
+            nbytes = t * sh.vocab * 2
+            r = rotations(nbytes)
+            xs = [torch.randn(t, sh.vocab, device="cuda", dtype=dt) for _ in range(r)]
+            calls = [lambda x=x: torch.argmax(torch.softmax(x.float(), -1), -1) for x in xs]
+        res = time_calls(calls)
+        tbl.append_row(out, "elementwise.csv", {"op": op, "tokens": t, **res})
+        count += 1
+        bar.step(f"{op} T={t} {res['median_us']:.1f}us")
+        del calls
+    bar.close()
+    torch.cuda.empty_cache()
+    return count
+
+
+# ---- attention -----------------------------------------------------------------------------
+
+
+class AttnBench:
+    """Random Q and a random paged (or contiguous) KV pool for attention benchmarks."""
+
+    def __init__(self, sh: Shapes, pool_tokens: int, block_size: int = 16):
+        import torch
+
+        from profiles.torch_model import make_attn, varlen_features
+
+        self.torch = torch
+        self.sh = sh
+        self.feat = varlen_features()
+        self.attn = make_attn(self.feat)
+        self.paged = self.feat["paged"]
+        self.bs = block_size
+        nb = pool_tokens // block_size
+        self.nb = nb
+        shape = (nb, block_size, sh.KVH, sh.D) if self.paged else (nb * block_size, sh.KVH, sh.D)
+        self.k = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+        self.v = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+        self.perm = torch.randperm(nb, device="cuda").to(torch.int32)
+        self.cursor = 0
+
+    def call(self, qlens: list[int], klens: list[int], causal: bool):
+        """A zero-arg callable running one varlen call over fresh KV locations."""
+        torch = self.torch
+        sh = self.sh
+        q = torch.randn(sum(qlens), sh.H, sh.D, device="cuda", dtype=torch.bfloat16)
+        cu_q = torch.tensor([0] + _cumsum(qlens), dtype=torch.int32, device="cuda")
+        if self.paged:
+            cu_k = torch.tensor([0] + _cumsum(klens), dtype=torch.int32, device="cuda")
+            pages = [-(-n // self.bs) for n in klens]
+            total = sum(pages)
+            if total > self.nb:
+                raise ValueError("pool too small")
+            if self.cursor + total > self.nb:
+                self.cursor = 0
+            ids = self.perm[self.cursor : self.cursor + total]
+            self.cursor += total
+            width = max(pages)
+            table = torch.zeros(len(klens), width, dtype=torch.int32, device="cuda")
+            off = 0
+            for i, p in enumerate(pages):
+                table[i, :p] = ids[off : off + p]
+                off += p
+            used = torch.tensor(klens, dtype=torch.int32, device="cuda")
+            mq, mk = max(qlens), max(klens)
+            return lambda: self.attn(q, self.k, self.v, cu_q, cu_k, mq, mk, causal,
+                                     seqused_k=used, block_table=table)
+        total = sum(klens)
+        cap = self.k.shape[0]
+        if total > cap:
+            raise ValueError("pool too small")
+        if self.cursor + total > cap:
+            self.cursor = 0
+        start = self.cursor
+        self.cursor += total
+        cu_k = torch.tensor([start] + [start + c for c in _cumsum(klens)], dtype=torch.int32,
+                            device="cuda")
+        mq, mk = max(qlens), max(klens)
+        return lambda: self.attn(q, self.k, self.v, cu_q, cu_k, mq, mk, causal)
+
+
+def _cumsum(xs):
+    out, acc = [], 0
+    for x in xs:
+        acc += x
+        out.append(acc)
+    return out
+
+
+def uneven_lengths(total: int, n: int, rng: random.Random) -> list[int]:
+    """n positive ints summing to total, spread like real batches (lognormal, sigma 0.8)."""
+    if n == 1:
+        return [total]
+    w = [rng.lognormvariate(0, 0.8) for _ in range(n)]
+    s = sum(w)
+    out = [max(1, int(total * x / s)) for x in w]
+    out[0] += total - sum(out)
+    if out[0] < 1:
+        out = [max(1, total // n)] * n
+        out[0] += total - sum(out)
+    return out
+
+
+def decode_grid(max_batch: int = 512) -> list[tuple[int, int, int, int]]:
+    """(batch, total_ctx, uneven, causal): coarse-first; uneven contexts for batch >= 2."""
+    bs = [b for b in (1, 4, 16, 64, 256, 2, 8, 32, 128, 512) if b <= max_batch]
+    ks_coarse = [512, 2048, 8192, 32768, 131072, 524288]
+    ks_fine = [1024, 4096, 16384, 65536, 262144]
+    pts = []
+    for ks in (ks_coarse, ks_fine):
+        for b in bs:
+            for k in ks:
+                if k >= b:
+                    pts.append((b, k, 1 if b > 1 else 0, 0))
+    # the causal path, once, for the record (DESIGN.md: much slower on H100 for query length 1)
+    pts.extend([(32, 32 * 2048, 1, 1), (128, 128 * 2048, 1, 1)])
+    out = []
+    for p in pts:
+        if p not in out:
+            out.append(p)
+    return out
+
+
+def profile_attn_decode(out: str, sh: Shapes, deadline: float, bench: AttnBench) -> int:
+    grid = decode_grid()
+    done = tbl.done_keys(out, "attn_decode.csv", ("batch", "total_ctx", "uneven", "causal"))
+    todo = [p for p in grid if p not in done]
+    if not todo:
+        return 0
+    bar = Progress("attn_decode", len(todo))
+    rng = random.Random(1)
+    kv_tok_bytes = sh.KVH * sh.D * 2 * 2
+    count = 0
+    for b, k, uneven, causal in todo:
+        if time.time() > deadline:
+            break
+        klens = uneven_lengths(k, b, rng) if uneven else [k // b] * b
+        r = rotations(k * kv_tok_bytes, cap=8)
+        r = max(1, min(r, bench.nb * bench.bs // max(1, k + b * bench.bs)))
+        try:
+            calls = [bench.call([1] * b, klens, bool(causal)) for _ in range(r)]
+            res = time_calls(calls)
+        except (ValueError, RuntimeError) as e:
+            bar.step(f"skip B={b} K={k}: {str(e)[:30]}")
+            continue
+        row = {"batch": b, "total_ctx": k, "uneven": uneven, "causal": causal, **res}
+        tbl.append_row(out, "attn_decode.csv", row)
+        count += 1
+        bar.step(f"B={b} K={k} {res['median_us']:.1f}us")
+    bar.close()
+    return count
+
+
+def prefill_grid(max_tokens: int = 16384) -> list[tuple[int, int, int]]:
+    """(seqs, chunk, context_before), coarse-first."""
+    chunks_c = [16, 64, 256, 1024, 4096, 16384]
+    chunks_f = [32, 128, 512, 2048, 8192]
+    ctx_c = [0, 1024, 8192, 32768]
+    ctx_f = [256, 4096, 16384]
+    pts = []
+    for chunks, ctxs in ((chunks_c, ctx_c), (chunks_f, ctx_c), (chunks_c + chunks_f, ctx_f)):
+        for s in (1, 4, 16):
+            for c in chunks:
+                for b in ctxs:
+                    if s * c <= max_tokens and s * (b + c) <= 262144:
+                        pts.append((s, c, b))
+    out = []
+    for p in pts:
+        if p not in out:
+            out.append(p)
+    return out
+
+
+def profile_attn_prefill(out: str, sh: Shapes, deadline: float, bench: AttnBench) -> int:
+    grid = prefill_grid()
+    done = tbl.done_keys(out, "attn_prefill.csv", ("seqs", "chunk", "context_before"))
+    todo = [p for p in grid if p not in done]
+    if not todo:
+        return 0
+    bar = Progress("attn_prefill", len(todo))
+    kv_tok_bytes = sh.KVH * sh.D * 2 * 2
+    count = 0
+    for s, c, b in todo:
+        if time.time() > deadline:
+            break
+        k = s * (b + c)
+        r = rotations(k * kv_tok_bytes + s * c * sh.H * sh.D * 2, cap=4)
+        try:
+            calls = [bench.call([c] * s, [b + c] * s, True) for _ in range(r)]
+            res = time_calls(calls, max_s=0.3)
+        except (ValueError, RuntimeError) as e:
+            bar.step(f"skip s={s} c={c}: {str(e)[:30]}")
+            continue
+        row = {"seqs": s, "chunk": c, "context_before": b, **res}
+        tbl.append_row(out, "attn_prefill.csv", row)
+        count += 1
+        bar.step(f"s={s} c={c} b={b} {res['median_us']:.1f}us")
+    bar.close()
+    return count
+
+
+# ---- whole steps ---------------------------------------------------------------------------
+
+
+def step_compositions(capacity_tokens: int, max_tokens: int = 16384) -> list[dict]:
+    """Batch compositions from decode-only to prefill-heavy; ids and train/test split fixed.
+
+    The split is drawn once from a seeded generator, stratified by kind, before any fitting
+    (one in three steps is held out), so the held-out steps are never chosen by their error.
+    """
+    rng = random.Random(7)
+    comps = []
+    for b in (1, 4, 16, 48, 96, 160, 256):
+        for ctx in (256, 1024, 3000, 8192):
+            if b * ctx <= capacity_tokens * 0.9:
+                comps.append({"kind": "decode", "prefills": [], "decodes": (b, ctx)})
+    mixed = [
+        # (chunk, ctx_before, n_prefill_seqs, decode_batch, decode_ctx)
+        (128, 0, 1, 32, 1024),
+        (512, 0, 1, 0, 0),
+        (512, 0, 1, 64, 2048),
+        (512, 4096, 1, 16, 512),
+        (1024, 0, 1, 128, 1024),
+        (2048, 0, 1, 0, 0),
+        (2048, 0, 1, 32, 4096),
+        (2048, 6144, 1, 64, 1024),
+        (4096, 0, 1, 0, 0),
+        (4096, 12288, 1, 8, 2048),
+        (8192, 0, 1, 0, 0),
+        (8192, 8192, 1, 0, 0),
+        (16, 8000, 1, 96, 1024),
+        (64, 4096, 1, 128, 512),
+        (256, 2048, 4, 64, 1024),
+        (512, 0, 8, 0, 0),
+        (1024, 1024, 4, 32, 2048),
+        (200, 0, 16, 16, 256),
+        (3000, 0, 1, 200, 800),
+        (6000, 2000, 2, 20, 3000),
+        (1500, 500, 1, 250, 1500),
+        (16384, 0, 1, 0, 0),
+        (700, 30000, 1, 4, 8000),
+        (32, 0, 64, 128, 2048),
+    ]
+    for c, b, s, db, dctx in mixed:
+        if s * c + db > max_tokens or s * (b + c) + db * dctx > capacity_tokens * 0.9:
+            continue
+        comps.append({"kind": "mixed", "prefills": (s, c, b), "decodes": (db, dctx)})
+    for i, comp in enumerate(comps):
+        comp["step_id"] = i
+    for kind in ("decode", "mixed"):
+        ids = [c for c in comps if c["kind"] == kind]
+        rng.shuffle(ids)
+        for j, c in enumerate(ids):
+            c["split"] = "test" if j % 3 == 0 else "train"
+    return comps
+
+
+def profile_steps(out: str, runner, deadline: float, repeats: int = 5) -> int:
+    from simulator.latency.base import chunk_attn_pairs
+
+    comps = step_compositions(runner.capacity_tokens, runner.max_tokens)
+    done = tbl.done_keys(out, "steps.csv", ("step_id",))
+    todo = [c for c in comps if (c["step_id"],) not in done]
+    if not todo:
+        return 0
+    bar = Progress("steps", len(todo))
+    rng = random.Random(3)
+    count = 0
+    for comp in todo:
+        if time.time() > deadline:
+            break
+        prefills, decodes = [], []
+        slot = 0
+        if comp["prefills"]:
+            s, c, b = comp["prefills"]
+            for _ in range(s):
+                prefills.append((slot, c, b))
+                slot += 1
+        db, dctx = comp["decodes"]
+        if db:
+            for n in uneven_lengths(dctx * db, db, rng):
+                decodes.append((slot, n))
+                slot += 1
+        try:
+            for _ in range(2):
+                runner.run_step(prefills, decodes)
+            samples = [runner.run_step(prefills, decodes) * 1e6 for _ in range(repeats)]
+        except (ValueError, RuntimeError) as e:
+            bar.step(f"skip {comp['step_id']}: {str(e)[:30]}")
+            continue
+        from profiles.timing import summarize
+
+        res = summarize(samples)
+        row = {
+            "step_id": comp["step_id"],
+            "kind": comp["kind"],
+            "cuda_graph": 1 if (not prefills and runner.use_cuda_graphs) else 0,
+            "prefill_tokens": sum(c for _, c, _ in prefills),
+            "prefill_attn": sum(chunk_attn_pairs(c, b) for _, c, b in prefills),
+            "prefill_seqs": len(prefills),
+            "decode_seqs": len(decodes),
+            "decode_ctx": sum(n for _, n in decodes),
+            "includes_allreduce": 1 if runner.tp == 1 else 0,
+            "split": comp["split"],
+            **res,
+        }
+        tbl.append_row(out, "steps.csv", row)
+        count += 1
+        bar.step(f"{comp['kind']} {res['median_us'] / 1e3:.2f}ms")
+    bar.close()
+    return count
+
+
+# ---- all-reduce (one process per GPU) --------------------------------------------------------
+
+
+def _ar_worker(rank: int, world: int, grid: list[int], hidden: int, port: int, q) -> None:
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world)
+    rows = []
+    for t in grid:
+        xs = [torch.randn(t, hidden, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+        for x in xs:
+            dist.all_reduce(x)
+        torch.cuda.synchronize()
+        samples = []
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        for _ in range(15):
+            dist.barrier()
+            torch.cuda.synchronize()
+            s.record()
+            for x in xs:
+                dist.all_reduce(x)
+            e.record()
+            e.synchronize()
+            samples.append(s.elapsed_time(e) * 1e3 / len(xs))
+        t_all = torch.tensor(samples, device="cuda")
+        dist.all_reduce(t_all, op=dist.ReduceOp.MAX)  # a collective ends when the slowest does
+        rows.append((t, t_all.tolist()))
+    if rank == 0:
+        q.put(rows)
+    dist.destroy_process_group()
+
+
+def profile_allreduce(out: str, sh: Shapes, tp: int, grid: list[int]) -> int:
+    """NCCL all-reduce of [T, hidden] bf16 over tp GPUs (NVLink multicast kept off)."""
+    import os
+
+    import torch
+    import torch.multiprocessing as mp
+
+    from profiles.timing import summarize
+
+    if torch.cuda.device_count() < tp:
+        return 0
+    os.environ["NCCL_NVLS_ENABLE"] = "0"
+    os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
+    os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
+    done = tbl.done_keys(out, "allreduce.csv", ("tp", "tokens"))
+    todo = [t for t in grid if (tp, t) not in done]
+    if not todo:
+        return 0
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = 29500 + random.Random().randint(0, 1000)
+    procs = [
+        ctx.Process(target=_ar_worker, args=(r, tp, todo, sh.hidden, port, q)) for r in range(tp)
+    ]
+    for p in procs:
+        p.start()
+    rows = q.get(timeout=300)
+    for p in procs:
+        p.join(timeout=60)
+    for t, samples in rows:
+        res = summarize(samples)
+        tbl.append_row(
+            out, "allreduce.csv", {"tp": tp, "tokens": t, "bytes": t * sh.hidden * 2, **res}
+        )
+    return len(rows)

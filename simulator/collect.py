@@ -1,0 +1,126 @@
+"""Reading saved results back: run folders, sweep indexes, and a flat table of headline metrics.
+
+Everything that looks at finished runs (plots, compare, regress, capacity, the sweep index) goes
+through here, so the metric names are the same everywhere:
+
+* latencies in seconds: ``ttft_p95_s``, ``tpot_p50_s``, ``e2e_mean_s``, ...;
+* ``goodput_rps``, ``slo_attainment``, ``throughput_rps``, ``output_tok_s``, ...;
+* utilization: ``kv_use_mean``, ``mean_batch_size``, ``preemptions``, ``mfu``, ``mbu``;
+* request accounting: ``completed``, ``rejected``, ``unfinished``.
+
+``DIRECTION`` says which way is better (+1 higher, -1 lower, 0 neither) for each.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from simulator.errors import ConfigError
+
+LATENCIES = ("ttft", "tpot", "itl", "e2e", "queue")
+STATS = ("mean", "p50", "p90", "p95", "p99")
+
+
+def headline(summary: dict) -> dict:
+    """A flat {metric: number} view of a summary.json (missing values as None)."""
+    out: dict = {}
+    for lat in LATENCIES:
+        d = summary.get(f"{lat}_s") or {}
+        for st in STATS:
+            out[f"{lat}_{st}_s"] = d.get(st)
+    t = summary.get("throughput", {})
+    out["throughput_rps"] = t.get("requests_per_s")
+    out["input_tok_s"] = t.get("input_tokens_per_s")
+    out["output_tok_s"] = t.get("output_tokens_per_s")
+    out["goodput_rps"] = summary.get("goodput_rps")
+    out["slo_attainment"] = summary.get("slo_attainment")
+    u = summary.get("utilization", {})
+    for k in ("kv_use_mean", "kv_use_max", "mean_batch_size", "preemptions", "mfu", "mbu",
+              "busy_fraction", "num_steps"):  # fmt: skip
+        out[k] = u.get(k)
+    out["usd_per_mtok"] = (summary.get("cost") or {}).get("usd_per_million_tokens")
+    r = summary.get("requests", {})
+    for k in ("arrived", "completed", "rejected", "unfinished"):
+        out[k] = r.get(k)
+    out["duration_s"] = summary.get("duration_s")
+    return out
+
+
+def direction(metric: str) -> int:
+    """+1 if higher is better, -1 if lower is better, 0 if it is neither (a description)."""
+    if metric in ("throughput_rps", "input_tok_s", "output_tok_s", "goodput_rps",
+                  "slo_attainment", "completed"):  # fmt: skip
+        return 1
+    if metric.endswith("_s") and metric.split("_")[0] in LATENCIES:
+        return -1
+    if metric in ("usd_per_mtok", "rejected", "unfinished", "preemptions"):
+        return -1
+    return 0
+
+
+# Metrics shown by `compare` and checked by `regress`, in display order.
+MAIN_METRICS = (
+    "ttft_mean_s", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s",
+    "tpot_mean_s", "tpot_p50_s", "tpot_p95_s", "tpot_p99_s",
+    "itl_p50_s", "itl_p99_s", "e2e_p50_s", "e2e_p95_s",
+    "throughput_rps", "output_tok_s", "goodput_rps", "slo_attainment",
+    "kv_use_mean", "mean_batch_size", "preemptions", "mfu", "mbu", "usd_per_mtok",
+    "completed", "rejected", "unfinished",
+)  # fmt: skip
+
+
+def is_run(path: Path) -> bool:
+    return (Path(path) / "summary.json").is_file()
+
+
+def load_summary(run_dir: Path) -> dict:
+    p = Path(run_dir) / "summary.json"
+    if not p.is_file():
+        raise ConfigError(str(run_dir), "", "no summary.json here (not a finished run folder)")
+    return json.loads(p.read_text())
+
+
+def load_config(run_dir: Path) -> dict:
+    p = Path(run_dir) / "config.yaml"
+    return yaml.safe_load(p.read_text()) if p.is_file() else {}
+
+
+SEED_DIR = re.compile(r"^seed(\d+)$")
+
+
+def seed_runs(folder: Path) -> dict[int, Path]:
+    """{seed: run folder} for ``folder`` itself (a run) or its ``seedN`` subfolders."""
+    folder = Path(folder)
+    out = {}
+    for sub in sorted(folder.iterdir()) if folder.is_dir() else []:
+        m = SEED_DIR.match(sub.name)
+        if m and is_run(sub):
+            out[int(m.group(1))] = sub
+    if not out and is_run(folder):
+        seed = load_config(folder).get("seed", 0)
+        out[int(seed) if isinstance(seed, int) else 0] = folder
+    return out
+
+
+def load_index(folder: Path) -> pd.DataFrame | None:
+    p = Path(folder) / "index.csv"
+    return pd.read_csv(p, keep_default_na=False, na_values=[""]) if p.is_file() else None
+
+
+def describe_setup(run_dir: Path) -> dict:
+    """Model, GPU, TP, latency model of a run (for plot titles and table headers)."""
+    cfg = load_config(run_dir)
+    model = (cfg.get("model") or {}).get("name", "?")
+    hw = cfg.get("hardware") or {}
+    gpu = (hw.get("gpu") or {}).get("name", "?")
+    lat = cfg.get("latency") or {}
+    latency = lat.get("name", "?")
+    if lat.get("table"):
+        latency = f"{latency} ({Path(str(lat['table'])).name})"
+    return {"model": model, "gpu": gpu, "tp": hw.get("tp", 1), "latency": latency,
+            "replicas": (cfg.get("cluster") or {}).get("replicas", 1)}  # fmt: skip

@@ -1,0 +1,87 @@
+"""Checks from queueing theory and conservation, where numbers cannot be computed by hand."""
+
+import numpy as np
+import pytest
+
+from simulator.latency.constant import ConstantLatencyModel
+from tests.helpers import LinearLatency, run_engine, spec
+
+
+def poisson_specs(n, rate, prompt, output, seed=1, output_range=None):
+    rng = np.random.default_rng(seed)
+    t = np.cumsum(rng.exponential(1 / rate, n))
+    if output_range is None:
+        outs = np.full(n, output)
+    else:
+        outs = rng.integers(output_range[0], output_range[1] + 1, n)
+    prompts = (
+        rng.integers(prompt[0], prompt[1] + 1, n) if isinstance(prompt, tuple) else [prompt] * n
+    )
+    return [spec(t[i], prompts[i], outs[i]) for i in range(n)]
+
+
+def test_md1_mean_wait_matches_pollaczek_khinchine():
+    # batch size 1 and one output token: each request is one step of D seconds, FIFO
+    D, rate, n = 0.01, 60.0, 40_000
+    rho = rate * D
+    cols, _ = run_engine(
+        poisson_specs(n, rate, 100, 1), latency=ConstantLatencyModel(D), params={"max_num_seqs": 1}
+    )
+    wq = np.mean(cols["queue_s"])
+    expected = rho * D / (2 * (1 - rho))  # P-K for deterministic service
+    assert wq == pytest.approx(expected, rel=0.06)
+    assert np.mean(cols["e2e_s"]) == pytest.approx(expected + D, rel=0.03)
+
+
+def test_littles_law_engine_counters_agree_with_request_times():
+    rate, n = 20.0, 6000
+    specs = poisson_specs(n, rate, (50, 500), None, seed=3, output_range=(1, 200))
+    cols, reps = run_engine(specs, latency=LinearLatency(), params={"max_num_seqs": 64})
+    steps = np.array(reps[0].steps)
+    dur, in_system = steps[:, 1], steps[:, 8] + steps[:, 9]
+    span = cols["finish_s"].max() - cols["arrival_s"].min()
+    L = (in_system * dur).sum() / span  # idle time has nobody in the system
+    lam = n / span
+    W = np.mean(cols["e2e_s"])
+    assert L == pytest.approx(lam * W, rel=0.05)
+
+
+@pytest.mark.parametrize("num_blocks", [20_000, 700])  # ample memory, and heavy preemption
+def test_conservation_tokens_blocks_requests(num_blocks):
+    specs = poisson_specs(3000, 40.0, (20, 800), None, seed=5, output_range=(1, 400))
+    cols, reps = run_engine(specs, latency=LinearLatency(), num_blocks=num_blocks)
+    rep = reps[0]
+    assert (cols["status"] == "finished").all()
+    assert (cols["generated_tokens"] == cols["output_tokens"]).all()
+    # every token after the first is one inter-token gap
+    assert sum(rep.itl_counts) == int((cols["output_tokens"] - 1).sum())
+    assert rep.kv.num_free_blocks == num_blocks
+    assert sorted(rep.kv._free) == list(range(num_blocks))  # every block id back exactly once
+    assert rep.num_preemptions == int(cols["preemptions"].sum())
+    if num_blocks == 700:
+        assert rep.num_preemptions > 0
+    # causality
+    assert (cols["first_token_s"] > cols["arrival_s"]).all()
+    assert (cols["finish_s"] >= cols["first_token_s"]).all()
+
+
+def test_decode_runs_give_identical_results_to_step_by_step():
+    specs = poisson_specs(2000, 30.0, (20, 800), None, seed=7, output_range=(1, 300))
+    kw = dict(latency=LinearLatency(), num_blocks=400)
+    a, ra = run_engine(specs, coalesce=False, **kw)
+    b, rb = run_engine(specs, coalesce=True, **kw)
+    for k in ("first_token_s", "finish_s", "preemptions"):
+        np.testing.assert_allclose(a[k], b[k], rtol=1e-12, atol=1e-12)
+    assert len(ra[0].steps) == len(rb[0].steps)
+    assert ra[0].num_preemptions == rb[0].num_preemptions > 0
+    np.testing.assert_allclose(np.array(ra[0].steps), np.array(rb[0].steps), rtol=1e-12)
+    assert ra[0].itl_counts == rb[0].itl_counts
+
+
+def test_throughput_saturates_at_service_capacity():
+    # batch 1, constant D: the engine cannot complete more than 1/D requests per second
+    D = 0.01
+    specs = poisson_specs(5000, 300.0, 10, 1, seed=9)
+    cols, _ = run_engine(specs, latency=ConstantLatencyModel(D), params={"max_num_seqs": 1})
+    span = cols["finish_s"].max() - cols["arrival_s"].min()
+    assert len(specs) / span == pytest.approx(1 / D, rel=0.01)
