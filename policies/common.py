@@ -5,21 +5,22 @@ from __future__ import annotations
 from simulator.request import Request
 
 
-def grow_decodes(replica) -> bool:
+def grow_decodes(replica, preempt=None) -> bool:
     """Give every decode-set member the KV it needs for the next decode step.
 
-    When the allocator says no, preempt the newest running request (vLLM's recompute policy:
-    the last admitted loses its cache and goes back to the front of ``waiting``), until the
-    allocation succeeds or the request itself was the victim. Returns True if any decode
-    remains to run.
+    When the allocator says no, preempt the newest running request (vLLM's policy: the last
+    admitted loses its cache and goes back to the front of ``waiting``), until the allocation
+    succeeds or the request itself was the victim. ``preempt(replica, victim)`` defaults to
+    recompute. Returns True if any decode remains to run.
     """
+    preempt = preempt or _recompute
     d, kv = replica.decoding, replica.kv
     for req in d.pop_due_growth():
         if req._dset is None:  # preempted as a victim earlier in this loop
             continue
         while not kv.allocate(req, req.num_computed + 1):
             victim = newest_running(replica)
-            replica.preempt(victim)
+            preempt(replica, victim)
             if victim is req:
                 break
         else:
@@ -27,8 +28,36 @@ def grow_decodes(replica) -> bool:
     return len(d) > 0
 
 
+def _recompute(replica, victim) -> None:
+    replica.preempt(victim)
+
+
 def newest_running(replica) -> Request:
     return next(reversed(replica.running.values()))
+
+
+def prefix_hit(replica, req: Request) -> int:
+    """Prompt tokens of ``req`` the prefix cache holds, for a request starting from scratch.
+
+    0 without prefix caching, or when the request already has progress or KV (swapped out, or
+    handed over by P/D disaggregation). ``kv.allocate`` attaches exactly these blocks; the
+    policy then calls `start_from_cache`.
+    """
+    lookup = getattr(replica.kv, "lookup", None)
+    if lookup is None or req.num_computed or req.block_table:
+        return 0
+    return lookup(req)
+
+
+def start_from_cache(req: Request, hit: int) -> None:
+    """A request admitted with a prefix-cache hit starts with its cached tokens computed.
+
+    This is the one place a policy sets progress: no compute happens, the KV was already there.
+    """
+    if hit:
+        req._num_computed = hit
+        if req.num_preemptions == 0:
+            req.num_cached_tokens = hit
 
 
 def too_long(replica, req: Request, max_tokens: int, reserve_blocks: int = 0) -> str | None:
@@ -42,7 +71,9 @@ def too_long(replica, req: Request, max_tokens: int, reserve_blocks: int = 0) ->
         return f"prompt+output {total} > max_model_len {replica.policy.engine['max_model_len']}"
     if req.num_prompt_tokens > max_tokens:
         return f"prompt {req.num_prompt_tokens} > max_num_batched_tokens {max_tokens}"
-    need = -(-total // replica.kv.block_size)
+    need = replica.kv.blocks_for_request(req) if hasattr(replica.kv, "blocks_for_request") else (
+        -(-total // replica.kv.block_size)
+    )
     if need + reserve_blocks > replica.kv.num_blocks:
         return f"needs {need} KV blocks > {replica.kv.num_blocks - reserve_blocks} usable"
     return None

@@ -45,6 +45,7 @@ class Replica:
         coalesce: bool = True,
         next_external_s: Callable[[], float] | None = None,
         on_finish: Callable[[Request], None] | None = None,
+        on_prefilled: Callable[[Request], None] | None = None,
     ):
         self.env = env
         self.index = index
@@ -54,6 +55,10 @@ class Replica:
         self.coalesce = coalesce and executor.can_precompute and policy.coalescable
         self.next_external_s = next_external_s or (lambda: math.inf)
         self.on_finish = on_finish
+        #: P/D disaggregation: called (instead of joining the decode set) when a request emits its
+        #: first token and has more to produce; the request has left ``running`` but still holds
+        #: its KV (status TRANSFERRING). See simulator.disagg.
+        self.on_prefilled = on_prefilled
         self.waiting: deque[Request] = deque()
         #: admitted requests in admission order (dict: O(1) removal, ordered iteration)
         self.running: dict[int, Request] = {}
@@ -63,7 +68,9 @@ class Replica:
         self.num_finished = 0
         self.busy_s = 0.0
         # one row per step: start, duration, prefill_tokens, prefill_attn, prefill_seqs,
-        # decode_seqs, decode_ctx, kv_blocks_used, num_waiting, num_running
+        # decode_seqs, decode_ctx, kv_blocks_used, num_waiting, num_running, kv_tokens
+        # (kv_tokens: tokens in the cache at the step's end, counting the decode set and the
+        # step's chunks; reserved-but-unused KV = kv_blocks_used * block_size - kv_tokens)
         self.steps: list[tuple] = []
         # inter-token gaps: gap seconds and how many tokens saw that gap
         self.itl_gaps: list[float] = []
@@ -81,13 +88,19 @@ class Replica:
         if req.first_scheduled_s is None:
             req.first_scheduled_s = now
 
-    def preempt(self, req: Request) -> None:
-        """Preempt by recompute: drop its KV, put it at the front of ``waiting``."""
+    def preempt(self, req: Request, swap: bool = False) -> None:
+        """Preempt: drop its KV (GPU blocks), put it at the front of ``waiting``.
+
+        Recompute (default) forgets its progress; ``swap=True`` keeps ``num_computed`` (the
+        policy has copied the KV to host memory and charges the copy time; it must allocate and
+        copy back before scheduling the request again).
+        """
         if req._dset is not None:
             self.decoding.remove(req)
         self.kv.free(req)
         del self.running[req.id]
-        req._num_computed = 0
+        if not swap:
+            req._num_computed = 0
         req.status = Status.WAITING
         req.num_preemptions += 1
         self.num_preemptions += 1
@@ -106,11 +119,18 @@ class Replica:
 
     # -- what the outside world calls -----------------------------------------------------------
     def add_request(self, req: Request) -> None:
-        self.sync()
-        self._cut_run()
+        self.touch()
         req.status = Status.WAITING
         req.replica = self.index
         self.waiting.append(req)
+        self.poke()
+
+    def touch(self) -> None:
+        """Call before changing this replica's state from outside its process (allocating or
+        freeing its KV, adding work): commits ended sub-steps, cuts the precomputed decode run
+        after the sub-step in progress, and wakes the loop if idle."""
+        self.sync()
+        self._cut_run()
         self.poke()
 
     def poke(self) -> None:
@@ -142,7 +162,7 @@ class Replica:
                 yield from self._idle(plan)
                 continue
             start = env.now
-            if plan.chunks or not self.coalesce or not plan.decode:
+            if plan.chunks or not self.coalesce or not plan.decode or plan.extra_s:
                 feats = self._features(plan)
                 dt = self.executor.execute(plan, self, feats)
                 yield env.timeout(dt)
@@ -178,9 +198,14 @@ class Replica:
     def _features(self, plan: StepPlan) -> tuple:
         pt = ps = ds = dctx = 0
         pa = 0.0
+        v = plan.verify
         for req, n in plan.chunks:
             c = req._num_computed
-            if n == 1 and c > 0:  # a single-token step over a cache is a decode
+            if v and c > 0 and req.num_tokens - c == 1:  # speculative verify of 1 + v tokens
+                pt += 1 + v
+                pa += (1 + v) * (c + (v + 2) / 2)
+                ps += 1
+            elif n == 1 and c > 0:  # a single-token step over a cache is a decode
                 ds += 1
                 dctx += c + 1
             else:
@@ -195,16 +220,21 @@ class Replica:
     def _commit(self, plan: StepPlan, start: float, dt: float, feats: tuple) -> None:
         end = start + dt
         self.busy_s += dt
+        d = self.decoding
+        kv_tokens = d.decode_ctx() - (0 if plan.decode else len(d)) if len(d) else 0
+        for req, n in plan.chunks:
+            kv_tokens += req._num_computed + n
         self.steps.append(
             (start, dt, feats[0], feats[1], feats[2], feats[3], feats[4],
-             self.kv.num_used_blocks, len(self.waiting), len(self.running))
+             self.kv.num_used_blocks, len(self.waiting), len(self.running), kv_tokens)
         )  # fmt: skip
-        if plan.decode and len(self.decoding):
+        if plan.decode and len(d):
             self._advance_decode(end)
         for req, n in plan.chunks:
             req._num_computed += n
-            if req._num_computed >= req.num_tokens:
-                self._emit(req, end)
+            over = req._num_computed - req.num_tokens
+            if over >= 0:
+                self._emit(req, end, over + 1)
 
     def _commit_decode(self, start: float, dt: float, ctx: int, grow_next: bool) -> None:
         """Commit one precomputed decode sub-step; allocate growth for the next one if any."""
@@ -212,15 +242,16 @@ class Replica:
         self.busy_s += dt
         self.steps.append(
             (start, dt, 0, 0.0, 0, len(d), ctx, self.kv.num_used_blocks, len(self.waiting),
-             len(self.running))
+             len(self.running), ctx)
         )  # fmt: skip
         self._advance_decode(start + dt)
         if grow_next:
-            kv = self.kv
+            extend = self.kv.extend
             for req in d.pop_due_growth():
-                if not kv.allocate(req, req.num_computed + 1):
+                cap = extend(req)
+                if cap < 0:
                     raise AssertionError("decode run outgrew its KV bound")  # bound is exact
-                d.set_capacity(req, kv.capacity(req))
+                d.set_capacity(req, cap)
 
     def _advance_decode(self, end: float) -> None:
         d = self.decoding
@@ -239,17 +270,26 @@ class Replica:
             req.last_token_s = end
             self._finish(req, end)
 
-    def _emit(self, req: Request, end: float) -> None:
-        """A request outside the decode set sampled one token at ``end``."""
-        req._num_output += 1
+    def _emit(self, req: Request, end: float, count: int = 1) -> None:
+        """A request outside the decode set sampled ``count`` tokens at ``end`` (more than one
+        only for accepted speculative drafts; all carry the step's end time, so the extra ones
+        have inter-token gaps of 0)."""
+        req._num_output += count
         if req.first_token_s is None:
             req.first_token_s = end
         else:
             self.itl_gaps.append(end - req.last_token_s)
             self.itl_counts.append(1)
+        if count > 1:
+            self.itl_gaps.append(0.0)
+            self.itl_counts.append(count - 1)
         req.last_token_s = end
         if req._num_output >= req.max_output_tokens:
             self._finish(req, end)
+        elif self.on_prefilled is not None and req._num_output == 1:
+            del self.running[req.id]
+            req.status = Status.TRANSFERRING
+            self.on_prefilled(req)
         elif self.policy.uses_decode_set:
             self.decoding.add(req, self.kv.capacity(req))
 

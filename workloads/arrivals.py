@@ -54,7 +54,9 @@ class _Renewal:
         """
         expected = horizon_s * self.rate_per_s
         if expected > 2 * max_n:  # fail before allocating: the count is ~ expected
-            raise TooManyArrivals(f"about {expected:.3g} arrivals before {horizon_s} s")
+            raise TooManyArrivals(
+                f"about {expected:.3g} arrivals before {horizon_s} s, more than {max_n}"
+            )
         chunk = int(min(max_n, expected * 1.1)) + 64
         parts = [np.zeros(1)]
         count, last = 1, 0.0

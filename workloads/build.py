@@ -119,8 +119,8 @@ def build_workload(sec: Section, rng: np.random.Generator, base_dir: Path) -> Wo
 
     arrival_rng, input_rng, output_rng, order_rng = child_streams(rng, len(STREAMS))
     cuts: dict[str, int] = {}
-    info: dict = {"source": "trace" if trace else "synthetic"}
-    n, horizon = _request_count(sec, trace, num_requests, limits, cuts, info)
+    notes: dict = {}  # counts found on the way, appended to info at the end
+    n, horizon = _request_count(sec, trace, num_requests, limits, cuts, notes)
 
     # Arrival times (n of them, or all up to the horizon of an endless source).
     if isinstance(arrival, Replay):
@@ -149,7 +149,7 @@ def build_workload(sec: Section, rng: np.random.Generator, base_dir: Path) -> Wo
         output = output_dist.sample(output_rng, n)
     elif trace is not None:
         times, prompt, output, hashes = _zero_outputs(
-            trace, times, prompt, output, hashes, cuts, info
+            trace, times, prompt, output, hashes, cuts, notes
         )
 
     index, limit_cuts = apply_limits(limits, times, prompt, output)
@@ -165,7 +165,8 @@ def build_workload(sec: Section, rng: np.random.Generator, base_dir: Path) -> Wo
     if np.any(np.diff(times) < 0) or prompt.min() < 1 or output.min() < 1:
         raise AssertionError("workload invariant broken: unsorted arrivals or a length < 1")
 
-    _describe(info, trace, arrival, input_dist, output_dist, limits, times, prompt, output)
+    info = _describe(trace, arrival, input_dist, output_dist, limits, times, prompt, output)
+    info.update(notes)
     source = f"trace:{trace.text}" if trace else f"synthetic:{arrival.name}"
     return Workload(requests=requests, source=source, cuts=cuts, info=info)
 
@@ -254,7 +255,7 @@ def _request_count(
     num_requests: int | None,
     limits: Limits,
     cuts: dict[str, int],
-    info: dict,
+    notes: dict,
 ) -> tuple[int | None, float | None]:
     """How many requests to draw, or (None, horizon) to draw an endless source up to a time.
 
@@ -264,9 +265,9 @@ def _request_count(
     """
     finite_rows = len(trace.trace) if trace is not None and not trace.repeat else None
     if num_requests is not None:
-        info["num_requests_asked"] = num_requests
+        notes["num_requests_asked"] = num_requests
         if finite_rows is not None and num_requests > finite_rows:
-            info["num_requests_short"] = num_requests - finite_rows
+            notes["num_requests_short"] = num_requests - finite_rows
             return finite_rows, None
         if finite_rows is not None and num_requests < finite_rows:
             cuts["num_requests"] = finite_rows - num_requests
@@ -334,7 +335,7 @@ def _cycled_hash_ids(
     return out
 
 
-def _zero_outputs(trace, times, prompt, output, hashes, cuts, info):
+def _zero_outputs(trace, times, prompt, output, hashes, cuts, notes):
     """Trace rows with 0 output tokens: clamp to 1 (default) or drop; counted either way.
 
     Why not keep 0: a served request always produces at least its first token (TTFT is defined
@@ -343,7 +344,7 @@ def _zero_outputs(trace, times, prompt, output, hashes, cuts, info):
     zero = output == 0
     count = int(zero.sum())
     if trace.zero_output == "clamp":
-        info["zero_output_clamped"] = count
+        notes["zero_output_clamped"] = count
         return times, prompt, np.maximum(output, 1), hashes
     cuts["zero_output"] = count
     if count == 0:
@@ -353,8 +354,9 @@ def _zero_outputs(trace, times, prompt, output, hashes, cuts, info):
     return times[keep], prompt[keep], output[keep], kept_hashes
 
 
-def _describe(info, trace, arrival, input_dist, output_dist, limits, times, prompt, output):
-    """Fill ``info`` (for summary.json) with the source, process and realized statistics."""
+def _describe(trace, arrival, input_dist, output_dist, limits, times, prompt, output) -> dict:
+    """``info`` for summary.json: the source, the process, the limits and realized statistics."""
+    info: dict = {"source": "trace" if trace is not None else "synthetic"}
     if trace is not None:
         info.update(
             trace=trace.text,
@@ -385,3 +387,4 @@ def _describe(info, trace, arrival, input_dist, output_dist, limits, times, prom
         span_s=span,
         mean_rate_per_s=(len(times) - 1) / span if span > 0 else None,
     )
+    return info

@@ -33,6 +33,10 @@ class Fixed:
 
     value: int
 
+    def __post_init__(self):
+        if self.value < 1:
+            raise ValueError(f"value must be >= 1, got {self.value}")
+
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return np.full(n, self.value, dtype=np.int64)
 
@@ -46,6 +50,10 @@ class Uniform:
 
     low: int
     high: int
+
+    def __post_init__(self):
+        if not 1 <= self.low <= self.high:
+            raise ValueError(f"need 1 <= low <= high, got {self.low}, {self.high}")
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return rng.integers(self.low, self.high, n, endpoint=True, dtype=np.int64)
@@ -69,6 +77,10 @@ class LogNormal:
     high: int | None = None
     label: str = ""
 
+    def __post_init__(self):
+        if not (self.sigma > 0 and 1 <= self.low and (self.high is None or self.high >= self.low)):
+            raise ValueError(f"need sigma > 0 and 1 <= low <= high: {self}")
+
     @classmethod
     def from_mean(
         cls,
@@ -79,7 +91,7 @@ class LogNormal:
         low: int = 1,
         high: int | None = None,
     ) -> LogNormal:
-        """Lognormal with mean ``mean`` and either gap CV ``cv`` or log-space ``sigma``.
+        """Lognormal with mean ``mean`` and either its CV ``cv`` or the log-space ``sigma``.
 
         CV and sigma are linked by sigma^2 = ln(1 + cv^2); mu = ln(mean) - sigma^2 / 2.
         """
@@ -101,12 +113,16 @@ class LogNormal:
         return self.label or f"lognormal(mu={self.mu}, sigma={self.sigma})"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Empirical:
     """Values drawn uniformly, with replacement, from a column of real lengths (all >= 1)."""
 
     values: np.ndarray = field(repr=False)
     label: str = "empirical"
+
+    def __post_init__(self):
+        if len(self.values) == 0 or np.min(self.values) < 1:
+            raise ValueError("empirical values must be a non-empty array of ints >= 1")
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return self.values[rng.integers(0, len(self.values), n)]

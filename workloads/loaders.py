@@ -57,9 +57,9 @@ class TraceFormatError(ConfigError):
         super().__init__(str(path), key, message)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Trace:
-    """One trace file as column arrays, rows sorted by arrival (see the module invariants)."""
+    """One trace file as read-only column arrays, rows sorted by arrival (module invariants)."""
 
     path: Path
     format: str
@@ -69,6 +69,11 @@ class Trace:
     hash_ids: list[tuple[int, ...]] | None = None
     hash_block_size: int | None = None
     num_reordered: int = 0
+
+    def __post_init__(self):
+        for array in (self.num_prompt_tokens, self.num_output_tokens, self.arrival_s):
+            if array is not None:
+                array.setflags(write=False)  # shared by every build that uses this trace
 
     def __len__(self) -> int:
         return len(self.num_prompt_tokens)
@@ -273,7 +278,7 @@ def _jsonl_records(path: Path) -> tuple[list[int], list[dict]]:
     fails, parse line by line to name the first bad line.
     """
     with _open(path) as handle:
-        texts = handle.read().splitlines()
+        texts = handle.read().split("\n")  # not splitlines(): JSON strings may hold U+2028
     lines = [i for i, text in enumerate(texts, start=1) if text.strip()]
     try:
         records = json.loads("[" + ",".join(texts[i - 1] for i in lines) + "]")

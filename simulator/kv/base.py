@@ -36,6 +36,14 @@ class KVAllocator(Protocol):
 
     def capacity(self, req: Request) -> int: ...
 
+    def extend(self, req: Request) -> int:
+        """Grow a request that has filled its capacity by one unit (paged: one block).
+
+        Returns the new capacity in tokens, or -1 (and changes nothing) if memory is short.
+        The decode hot path calls this instead of ``allocate``.
+        """
+        ...
+
     def free(self, req: Request) -> None: ...
 
     def growth_bound(self, num_seqs: int, num_steps: int) -> int:

@@ -54,6 +54,14 @@ class PagedAllocator:
             del free[-need:]
         return True
 
+    def extend(self, req: Request) -> int:
+        free = self._free
+        if not free:
+            return -1
+        table = req.block_table
+        table.append(free.pop())
+        return len(table) * self.block_size
+
     def capacity(self, req: Request) -> int:
         return len(req.block_table) * self.block_size
 
