@@ -1,9 +1,17 @@
 """Scheduling policies. Adding one = one file here + one line in POLICIES."""
 
+from policies.chunked_prefill import ChunkedPrefill
 from policies.continuous import ContinuousBatching
+from policies.dynamic import DynamicBatching
+from policies.speculative import Speculative
+from policies.static import StaticBatching
 
 POLICIES = {
     ContinuousBatching.name: ContinuousBatching,
+    StaticBatching.name: StaticBatching,
+    DynamicBatching.name: DynamicBatching,
+    ChunkedPrefill.name: ChunkedPrefill,
+    Speculative.name: Speculative,
 }
 
 __all__ = ["POLICIES"]

@@ -71,8 +71,10 @@ def too_long(replica, req: Request, max_tokens: int, reserve_blocks: int = 0) ->
         return f"prompt+output {total} > max_model_len {replica.policy.engine['max_model_len']}"
     if req.num_prompt_tokens > max_tokens:
         return f"prompt {req.num_prompt_tokens} > max_num_batched_tokens {max_tokens}"
-    need = replica.kv.blocks_for_request(req) if hasattr(replica.kv, "blocks_for_request") else (
-        -(-total // replica.kv.block_size)
+    need = (
+        replica.kv.blocks_for_request(req)
+        if hasattr(replica.kv, "blocks_for_request")
+        else (-(-total // replica.kv.block_size))
     )
     if need + reserve_blocks > replica.kv.num_blocks:
         return f"needs {need} KV blocks > {replica.kv.num_blocks - reserve_blocks} usable"

@@ -14,12 +14,18 @@ Each step is either
 
 A request longer than the engine can ever hold (``max_model_len``, ``max_num_batched_tokens``,
 or the whole KV cache) is rejected with its reason, never dropped silently.
+
+YAML (``scheduler:``): ``policy: continuous``, ``max_num_seqs`` (256), ``max_num_batched_tokens``
+(max(8192, max_model_len); must be >= max_model_len), ``watermark`` (0.01), ``preemption``
+(recompute | swap, see policies/preemption.py), ``swap_link``. With ``kv_cache.prefix_caching``
+a new request starts after its cached prefix (policies.common.prefix_hit).
 """
 
 from __future__ import annotations
 
 from policies.base import Policy
-from policies.common import grow_decodes, too_long
+from policies.common import grow_decodes, prefix_hit, start_from_cache, too_long
+from policies.preemption import Preemption
 from simulator.cfg import Section
 from simulator.plan import DECODE, IDLE, StepPlan
 
@@ -42,20 +48,28 @@ class ContinuousBatching(Policy):
             )
         self.watermark = sec.num("watermark", 0.01, min=0, max=0.5)
         self._watermark_blocks = int(self.watermark * engine["num_blocks"])
+        self.preemption = Preemption(sec, engine)
+        self.token_budget = self.max_num_batched_tokens
 
     def params(self) -> dict:
         return {
             "max_num_seqs": self.max_num_seqs,
             "max_num_batched_tokens": self.max_num_batched_tokens,
             "watermark": self.watermark,
+            **self.preemption.params(),
         }
 
     def schedule(self, replica, now: float) -> StepPlan:
+        pre = self.preemption
         chunks = self._admit_prefills(replica, now)
         if chunks:
-            return StepPlan(chunks=tuple(chunks))
-        if replica.decoding and grow_decodes(replica):
-            return DECODE
+            return StepPlan(chunks=tuple(chunks), extra_s=pre.take_extra_s())
+        if replica.decoding and grow_decodes(replica, pre.preempt):
+            extra = pre.take_extra_s()
+            return StepPlan(decode=True, extra_s=extra) if extra else DECODE
+        extra = pre.take_extra_s()
+        if extra:  # everything was preempted: still charge the swap-out copies
+            return StepPlan(chunks=(), decode=True, extra_s=extra)
         return IDLE
 
     def _admit_prefills(self, replica, now: float) -> list:
@@ -70,13 +84,18 @@ class ContinuousBatching(Policy):
                     waiting.popleft()
                     replica.reject(req, reason, now)
                     continue
-            n = req.num_pending
+            swapped = self.preemption.is_swapped(req)
+            hit = prefix_hit(replica, req)
+            n = req.num_pending - hit
             if n > budget:
                 break
             if not kv.can_allocate(req, req.num_tokens, self._watermark_blocks):
                 break
             waiting.popleft()
             kv.allocate(req, req.num_tokens)
+            start_from_cache(req, hit)
+            if swapped:
+                self.preemption.swap_in(req)
             replica.admit(req, now)
             chunks.append((req, n))
             budget -= n

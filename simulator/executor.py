@@ -34,4 +34,4 @@ class SimulatedExecutor:
         self.step_time = latency.step_time
 
     def execute(self, plan: StepPlan, replica: Replica, features: tuple) -> float:
-        return self.step_time(*features)
+        return self.step_time(*features) + plan.extra_s

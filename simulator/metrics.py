@@ -112,7 +112,7 @@ def slo_met(cols: dict, ttft_s: float | None, tpot_s: float | None) -> np.ndarra
 def step_arrays(replicas) -> dict[str, np.ndarray]:
     names = (
         "start_s", "duration_s", "prefill_tokens", "prefill_attn", "prefill_seqs", "decode_seqs",
-        "decode_ctx", "kv_blocks_used", "num_waiting", "num_running",
+        "decode_ctx", "kv_blocks_used", "num_waiting", "num_running", "kv_tokens",
     )  # fmt: skip
     rows = [row + (rep.index,) for rep in replicas for row in rep.steps]
     if not rows:
@@ -160,6 +160,12 @@ def summarize(
     total_blocks = sum(rep.kv.num_blocks for rep in replicas)
     kv_frac = steps["kv_blocks_used"] / max(total_blocks / max(len(replicas), 1), 1)
     w = steps["duration_s"]
+    # reserved-but-unused KV slots (time-weighted): paged wastes < 1 block per request, a
+    # contiguous allocator the rest of each request's reserved extent (with prefix sharing a
+    # shared block counts once but its tokens once per holder, so waste can go negative)
+    block_size = replicas[0].kv.block_size if replicas else 1
+    waste = steps["kv_blocks_used"] * block_size - steps["kv_tokens"]
+    reserved = steps["kv_blocks_used"] * block_size
     return {
         "requests": {
             "arrived": n_arrived,
@@ -187,6 +193,9 @@ def summarize(
             "busy_fraction": busy / (duration * len(replicas)) if replicas else 0.0,
             "kv_use_mean": float((kv_frac * w).sum() / w.sum()) if w.sum() else 0.0,
             "kv_use_max": float(kv_frac.max()) if kv_frac.size else 0.0,
+            "kv_waste_tokens_mean": float((waste * w).sum() / w.sum()) if w.sum() else 0.0,
+            "kv_waste_frac": float((waste * w).sum() / (reserved * w).sum())
+            if (reserved * w).sum() else 0.0,
             "mfu": flops / (busy * peak_flops * tp) if busy else 0.0,
             "mbu": nbytes / (busy * peak_bw * tp) if busy else 0.0,
             "mean_batch_size": float(((steps["prefill_seqs"] + steps["decode_seqs"]) * w).sum()

@@ -9,6 +9,12 @@ advance progress themselves.
 * ``decode``: advance every member of the replica's `DecodeSet` by one token.
 * ``wake_at``: for an idle plan (nothing to run), the latest time at which the replica should ask
   again even if nothing arrives (dynamic batching's max wait).
+* ``verify``: speculative decoding. A chunk ``(req, n)`` of a decoding request (one pending token)
+  is charged as a ``1 + verify``-token chunk over its cache (the target model verifies the
+  pending token plus ``verify`` draft tokens) and commits ``n`` tokens: the pending one plus
+  ``n - 1`` accepted drafts, so it emits ``n`` tokens (``n - 1 <= verify``).
+* ``extra_s``: seconds added to the step's time for work outside the latency model (draft model
+  steps, KV swap copies over PCIe). A plan with ``extra_s > 0`` is never coalesced.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ class StepPlan:
     chunks: tuple[tuple[Request, int], ...] = ()
     decode: bool = False
     wake_at: float | None = None
+    verify: int = 0
+    extra_s: float = 0.0
 
     @property
     def is_idle(self) -> bool:

@@ -25,7 +25,9 @@ from simulator.config import TOP_LEVEL
 from simulator.errors import ConfigError
 from simulator.executor import SimulatedExecutor
 from simulator.hardware import GPUSpec, kv_capacity_blocks, load_gpu
+from simulator.kv.contiguous import RESERVE_MODES, ContiguousAllocator
 from simulator.kv.paged import PagedAllocator
+from simulator.kv.prefix import PrefixCachingAllocator
 from simulator.latency.select import build_latency
 from simulator.metrics import request_table, step_arrays, summarize
 from simulator.models import ModelSpec, load_model
@@ -72,7 +74,7 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
     top.str("description", "")
     seed = top.int("seed", 0, min=0) if seed is None else seed
     ss = np.random.SeedSequence(seed)
-    wl_seed, _reserved = ss.spawn(2)
+    wl_seed, policy_seed = ss.spawn(2)
 
     model = load_model(top.raw("model"), where, "model")
     hw = top.section("hardware")
@@ -88,34 +90,39 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
     sim.done()
 
     sched = top.section("scheduler")
-    policy_name = sched.str("policy", choices=sorted(POLICIES))
-    policy_cls = POLICIES[policy_name]
     kvs = top.section("kv_cache", {})
-    allocator = kvs.str("allocator", "paged", choices=["paged"])
-    block_size = kvs.int("block_size", 16, min=1)
-    util = kvs.num("gpu_memory_utilization", 0.9, min=0, max=1, strict_min=True)
     on_oversize = kvs.str("on_oversize", "error", choices=["error", "reject"])
-    num_blocks = kvs.int("num_blocks", None, min=1)
-    if num_blocks is None:
-        num_blocks = kv_capacity_blocks(
-            model, gpu, tp, block_size, util, where=where, key=kvs.key("gpu_memory_utilization")
-        )
-    kvs.done()
     max_model_len = model.max_model_len
-    engine = {"max_model_len": max_model_len, "block_size": block_size, "num_blocks": num_blocks}
-    policy_probe = make_policy(policy_cls, sched, engine)
-    _mark_all_used(sched)
+    main = EngineSpec.parse(sched, kvs, model, gpu, tp, where)
+    num_blocks, block_size = main.num_blocks, main.block_size
 
     lat_sec = top.section("latency", {})
     latency = build_latency(lat_sec, model, gpu, tp, where, base_dir)
 
     cl = top.section("cluster", {})
-    num_replicas = cl.int("replicas", 1, min=1)
+    mode = cl.str("mode", "colocated", choices=["colocated", "disaggregated"])
     rsec = cl.section("router", {"name": "round_robin"})
     router_name = rsec.str("name", "round_robin", choices=sorted(ROUTERS))
-    router = ROUTERS[router_name](Section(rsec.data, where, rsec.path))
+    rview = Section(rsec.data, where, rsec.path)
+    rview.raw("name")
+    router = ROUTERS[router_name](rview)
+    rview.done()
     _mark_all_used(rsec)
+    disagg = None
+    if mode == "disaggregated":
+        from simulator.disagg import DisaggSpec
+
+        if cl.has("replicas"):
+            raise cl.error("replicas", "disaggregated mode counts replicas per pool")
+        disagg = DisaggSpec.parse(cl, top.data.get("scheduler"), kvs, model, gpu, tp, where)
+        num_replicas = disagg.prefill_replicas + disagg.decode_replicas
+        # requests must fit the smaller of the two pools' caches
+        num_blocks = min(disagg.prefill.num_blocks, disagg.decode.num_blocks)
+        block_size = disagg.prefill.block_size
+    else:
+        num_replicas = cl.int("replicas", 1, min=1)
     cl.done()
+    kvs.done()
 
     workload = build_workload(
         top.section("workload"), np.random.default_rng(wl_seed), Path(base_dir)
@@ -131,12 +138,18 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
     top.section("output", {}).done()
 
     def make_replicas(env, cluster):
+        # a fresh copy of the policy stream each run, so a Built simulates identically twice
+        policy_streams = np.random.SeedSequence(
+            policy_seed.entropy, spawn_key=policy_seed.spawn_key
+        )
+        if disagg is not None:
+            return disagg.make_replicas(env, cluster, latency, coalesce, policy_streams)
         reps = []
         for i in range(num_replicas):
-            policy = make_policy(policy_cls, sched, engine)
+            rng = np.random.default_rng(policy_streams.spawn(1)[0])
             rep = Replica(
-                env, i, policy, PagedAllocator(num_blocks, block_size),
-                SimulatedExecutor(latency), coalesce=coalesce,
+                env, i, main.make_policy(rng), main.make_kv(), SimulatedExecutor(latency),
+                coalesce=coalesce,
             )  # fmt: skip
             cluster.add_replica(rep)
             reps.append(rep)
@@ -147,17 +160,19 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
         "seed": seed,
         "model": dataclasses.asdict(model),
         "hardware": {"gpu": dataclasses.asdict(gpu), "tp": tp, "price_per_gpu_hour": price},
-        "scheduler": {"policy": policy_name, **policy_probe.params()},
+        "scheduler": main.resolved_scheduler,
         "kv_cache": {
-            "allocator": allocator,
-            "block_size": block_size,
-            "gpu_memory_utilization": util,
-            "num_blocks": num_blocks,
+            **main.resolved_kv,
             "kv_bytes_per_token": model.kv_bytes_per_token,
             "on_oversize": on_oversize,
         },
         "latency": latency.describe(),
-        "cluster": {"replicas": num_replicas, "router": {"name": router_name, **router.params()}},
+        "cluster": {
+            "mode": mode,
+            "replicas": num_replicas,
+            "router": {"name": router_name, **router.params()},
+            **(disagg.resolved() if disagg is not None else {}),
+        },
         "workload": config.get("workload"),
         "slo": {"ttft_ms": _to_ms(slo["ttft_s"]), "tpot_ms": _to_ms(slo["tpot_s"])},
         "sim": {"horizon_s": horizon_s, "coalesce": coalesce},
@@ -196,10 +211,14 @@ def simulate(built: Built) -> Results:
     summary["workload"] = built.workload.info
     summary["latency_model"] = built.latency.describe()
     summary["kv_cache"] = {
+        "allocator": getattr(replicas[0].kv, "kind", "paged"),
         "num_blocks_per_replica": replicas[0].kv.num_blocks,
         "block_size": replicas[0].kv.block_size,
         "capacity_tokens_per_replica": replicas[0].kv.num_blocks * replicas[0].kv.block_size,
     }
+    summary.update(policy_summary(replicas))
+    if getattr(cluster, "describe", None) is not None:
+        summary["disaggregation"] = cluster.describe()
     _check_conservation(cluster, replicas, horizon=built.horizon_s is not None)
     return Results(summary, cols, steps, built.resolved, time.perf_counter() - t0)
 
@@ -234,6 +253,128 @@ def _check_fits(workload, max_model_len, capacity_tokens, on_oversize, where) ->
                 f"{r.num_output_tokens}), more than {what}; set workload.limits.max_total_tokens "
                 "to cut such requests, or kv_cache.on_oversize: reject",
             )
+
+
+@dataclass
+class EngineSpec:
+    """One kind of replica: its policy (from a ``scheduler`` section) and KV allocator (from a
+    ``kv_cache`` section), resolved once and instantiated per replica.
+
+    ``kv_cache`` keys: ``allocator`` (paged | contiguous), ``block_size`` (16),
+    ``gpu_memory_utilization`` (0.9) or ``num_blocks``, ``reserve`` (contiguous only:
+    max_model_len | prompt_plus_output), ``prefix_caching`` (paged only: false | true |
+    ``{shared_prefix_tokens: N, hash_block_tokens: 512}``).
+    """
+
+    policy_cls: type
+    sched: Section
+    engine: dict
+    num_blocks: int
+    block_size: int
+    make_kv: object
+    resolved_scheduler: dict
+    resolved_kv: dict
+
+    @classmethod
+    def parse(cls, sched: Section, kvs: Section, model, gpu, tp: int, where: str) -> EngineSpec:
+        policy_name = sched.str("policy", choices=sorted(POLICIES))
+        policy_cls = POLICIES[policy_name]
+        allocator = kvs.str("allocator", "paged", choices=["paged", "contiguous"])
+        block_size = kvs.int("block_size", 16, min=1)
+        util = kvs.num("gpu_memory_utilization", 0.9, min=0, max=1, strict_min=True)
+        num_blocks = kvs.int("num_blocks", None, min=1)
+        if num_blocks is None:
+            num_blocks = kv_capacity_blocks(
+                model, gpu, tp, block_size, util, where=where,
+                key=kvs.key("gpu_memory_utilization"),
+            )  # fmt: skip
+        reserve = kvs.str("reserve", None, choices=RESERVE_MODES)
+        if allocator == "contiguous" and reserve is None:
+            raise kvs.error("reserve", f"the contiguous allocator needs one of {RESERVE_MODES}")
+        if allocator != "contiguous" and reserve is not None:
+            raise kvs.error("reserve", "only used with allocator: contiguous")
+        prefix = kvs.raw("prefix_caching", False)
+        shared = hash_block = 0
+        if prefix is not False:
+            if allocator != "paged":
+                raise kvs.error("prefix_caching", "only the paged allocator caches prefixes")
+            if prefix is True:
+                prefix = {}
+            psec = Section(prefix, where, kvs.key("prefix_caching"))
+            shared = psec.int("shared_prefix_tokens", 0, min=0)
+            hash_block = psec.int("hash_block_tokens", 512, min=1)
+            psec.done()
+            if hash_block % block_size:
+                raise kvs.error(
+                    "block_size", f"must divide prefix_caching.hash_block_tokens {hash_block}"
+                )
+        max_len = model.max_model_len
+
+        def make_kv():
+            if allocator == "contiguous":
+                return ContiguousAllocator(num_blocks, block_size, reserve, max_len)
+            if prefix is not False:
+                return PrefixCachingAllocator(
+                    num_blocks, block_size, shared_prefix_tokens=shared,
+                    hash_block_tokens=hash_block,
+                )  # fmt: skip
+            return PagedAllocator(num_blocks, block_size)
+
+        engine = {
+            "max_model_len": max_len,
+            "block_size": block_size,
+            "num_blocks": num_blocks,
+            "kv_bytes_per_token_per_gpu": model.kv_bytes_per_token_per_gpu(tp),
+            "model": model,
+        }
+        probe = make_policy(policy_cls, sched, engine)
+        _mark_all_used(sched)
+        resolved_kv = {
+            "allocator": allocator,
+            "block_size": block_size,
+            "gpu_memory_utilization": util,
+            "num_blocks": num_blocks,
+            "reserve": reserve,
+            "prefix_caching": (
+                False if prefix is False
+                else {"shared_prefix_tokens": shared, "hash_block_tokens": hash_block}
+            ),
+        }  # fmt: skip
+        return cls(
+            policy_cls, sched, engine, num_blocks, block_size, make_kv,
+            {"policy": policy_name, **probe.params()}, resolved_kv,
+        )  # fmt: skip
+
+    def make_policy(self, rng=None):
+        engine = dict(self.engine, rng=rng) if rng is not None else self.engine
+        return make_policy(self.policy_cls, self.sched, engine)
+
+
+def policy_summary(replicas) -> dict:
+    """Preemption, prefix-cache and speculative counters summed over replicas."""
+    out: dict = {}
+    pre = [r.policy.preemption for r in replicas if getattr(r.policy, "preemption", None)]
+    if pre:
+        stats = {k: sum(p.stats[k] for p in pre) for k in pre[0].stats}
+        out["preemption"] = {"mode": pre[0].mode, **stats}
+    kvs = [r.kv for r in replicas if hasattr(r.kv, "hit_tokens")]
+    if kvs:
+        q = sum(k.query_tokens for k in kvs)
+        h = sum(k.hit_tokens for k in kvs)
+        out["prefix_cache"] = {
+            "query_tokens": q,
+            "hit_tokens": h,
+            "hit_rate": h / q if q else 0.0,
+            "evictions": sum(k.evictions for k in kvs),
+        }
+    spec = [r.policy.stats for r in replicas if r.policy.name == "speculative"]
+    if spec:
+        tot = {k: sum(s[k] for s in spec) for k in spec[0]}
+        tot["tokens_per_verify"] = (
+            tot["emitted_tokens"] / tot["verified_seqs"] if tot["verified_seqs"] else None
+        )
+        out["speculative"] = tot
+    return out
 
 
 def make_policy(policy_cls, sched: Section, engine: dict):

@@ -74,6 +74,9 @@ class ContiguousAllocator:
         del free[-need:]
         return True
 
+    def extend(self, req: Request) -> int:
+        return -1  # an extent never grows (and decoding never reaches its end)
+
     def capacity(self, req: Request) -> int:
         return self.extent_tokens(req) if req.block_table else 0
 

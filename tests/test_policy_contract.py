@@ -1,0 +1,107 @@
+"""The contract every registered policy keeps (iterates POLICIES; a new policy is tested free).
+
+On a small mixed workload with a tight KV cache (preemptions happen): every plan respects the
+policy's token budget; ``schedule()`` never advances progress (``num_computed`` may only drop, by
+preemption, or jump from 0 to a prefix-cache hit); every chunk's KV is allocated when planned;
+every request ends finished or rejected with a reason; every KV block is back at the end; and
+results are identical with decode-run coalescing on and off.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from policies import POLICIES
+from simulator.kv.prefix import PrefixCachingAllocator
+from tests.policy_kit import run, spec
+
+PARAMS = {
+    "static": {"batch_size": 4},
+    "dynamic": {"batch_size": 4, "max_wait_s": 0.05},
+    "chunked_prefill": {"max_num_batched_tokens": 64, "max_num_seqs": 8},
+    "continuous": {"max_num_seqs": 8},
+    "speculative": {"max_num_seqs": 8, "num_speculative_tokens": 3},
+}
+
+
+def workload(n=40, seed=1):
+    rng = np.random.default_rng(seed)
+    t = np.cumsum(rng.exponential(0.02, n))
+    prompts = rng.integers(1, 200, n)
+    outs = rng.integers(1, 60, n)
+    return [spec(a, p, o) for a, p, o in zip(t, prompts, outs, strict=True)]
+
+
+def checked_run(name, coalesce, make_kv=None):
+    from simulator.latency.constant import ConstantLatencyModel  # noqa: F401
+
+    problems = []
+
+    def wrap(rep):
+        inner = rep.policy.schedule
+        budget = getattr(rep.policy, "token_budget", None)
+
+        def schedule(replica, now):
+            reqs = list(replica.waiting) + list(replica.running.values())
+            before = {q.id: q.num_computed for q in reqs}
+            plan = inner(replica, now)
+            for q in reqs:
+                after = q.num_computed
+                if after > before[q.id] and not (before[q.id] == 0 and after == q.num_cached_tokens
+                                                 and after > 0):  # fmt: skip
+                    problems.append(f"{name}: schedule advanced request {q.id}")
+            tokens = sum(n for _, n in plan.chunks)
+            if plan.decode:
+                tokens += len(replica.decoding)
+            if budget is not None and tokens > budget:
+                problems.append(f"{name}: {tokens} tokens > budget {budget}")
+            for q, n in plan.chunks:
+                if replica.kv.capacity(q) < min(q.num_computed + n, q.num_tokens):
+                    problems.append(f"{name}: chunk of request {q.id} not allocated")
+            return plan
+
+        rep.policy.schedule = schedule
+
+    from simulator.latency.base import StepLatencyModel  # noqa: F401
+    from tests.helpers import LinearLatency
+
+    reqs, reps, cols = run(
+        workload(), name, PARAMS.get(name, {}), latency=LinearLatency(), num_blocks=64,
+        block_size=8, max_model_len=512, coalesce=coalesce, wrap=wrap, make_kv=make_kv,
+    )  # fmt: skip
+    return problems, reqs, reps, cols
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_policy_contract(name):
+    problems, reqs, reps, cols = checked_run(name, coalesce=True)
+    assert problems == []
+    for q in reqs:
+        assert q.status.name in ("FINISHED", "REJECTED"), q
+        if q.status.name == "REJECTED":
+            assert q.reject_reason
+        else:
+            assert q.num_output == q.max_output_tokens
+    assert sum(q.status.name == "FINISHED" for q in reqs) > 30
+    for rep in reps:
+        assert rep.kv.num_used_blocks == 0 and not rep.running and not rep.waiting
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_policy_coalesce_invariance(name):
+    _, _, _, a = checked_run(name, coalesce=True)
+    _, _, _, b = checked_run(name, coalesce=False)
+    for key in ("first_token_s", "finish_s", "generated_tokens", "preemptions"):
+        assert np.array_equal(a[key], b[key], equal_nan=True), key
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_policy_contract_with_prefix_cache(name):
+    def kv():
+        return PrefixCachingAllocator(64, 8, shared_prefix_tokens=64)
+
+    problems, reqs, reps, _ = checked_run(name, coalesce=True, make_kv=kv)
+    assert problems == []
+    assert all(q.status.name in ("FINISHED", "REJECTED") for q in reqs)
+    assert reps[0].kv.num_used_blocks == 0 and reps[0].kv.hit_tokens > 0
