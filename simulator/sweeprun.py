@@ -27,7 +27,7 @@ from simulator.sweep import Point, Task, expand, point_config, read_done_hash, r
 
 INDEX_METRICS = (
     "ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "tpot_p50_s", "tpot_p95_s", "tpot_p99_s",
-    "e2e_p95_s", "throughput_rps", "output_tok_s", "goodput_rps", "slo_attainment",
+    "itl_p99_s", "e2e_p95_s", "throughput_rps", "output_tok_s", "goodput_rps", "slo_attainment",
     "kv_use_mean", "mean_batch_size", "preemptions", "completed", "rejected", "unfinished",
 )  # fmt: skip
 

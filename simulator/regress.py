@@ -1,0 +1,236 @@
+"""``servesim regress EXPERIMENTS/ --baseline BASELINES/``: a CI gate on policy behaviour.
+
+Every experiment YAML with a top-level ``regress:`` key is re-run in a short form: all points of
+its sweep, the first of its seeds (or ``regress.seeds``), at most ``regress.max_requests``
+requests per run. Each run's headline metrics are compared with ``BASELINES/<file stem>.json``
+within a per-metric tolerance; a metric *regresses* when it moved the bad way (higher latency,
+lower goodput, more rejections, ...) by more than ``max(abs, rel x |baseline|)``. Metrics with no
+better direction (KV use, batch size, MFU) are shown as changed but never fail. A missing
+baseline, a failed run or a changed set of points also fails. ``--update`` rewrites the
+baselines from this run instead (review the diff it prints, then commit them).
+
+Tolerances: defaults below, overridden by ``BASELINES/tolerances.yaml`` if present, or by the
+file given with ``--tolerance-file``::
+
+    default: {rel: 0.05, abs: 0.0}
+    metrics:
+      ttft_p99_s: {rel: 0.10, abs: 0.001}
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import yaml
+
+from simulator.collect import MAIN_METRICS, direction, headline
+from simulator.config import load_yaml
+from simulator.errors import ConfigError
+from simulator.sweep import Task, expand, point_config, run_task
+
+DEFAULT_TOLERANCE = {"rel": 0.05, "abs": 0.0}
+# small absolute floors so that noise around tiny values (0.1 ms, one preemption) never fails
+DEFAULT_METRIC_TOLERANCE = {
+    **{m: {"rel": 0.05, "abs": 1e-4} for m in MAIN_METRICS if direction(m) == -1 and
+       m.endswith("_s")},
+    "preemptions": {"rel": 0.10, "abs": 2},
+    "rejected": {"rel": 0.0, "abs": 0},
+    "unfinished": {"rel": 0.0, "abs": 0},
+    "completed": {"rel": 0.0, "abs": 0},
+}  # fmt: skip
+
+
+def load_tolerances(path: Path | None) -> tuple[dict, dict]:
+    default, per = (
+        dict(DEFAULT_TOLERANCE),
+        {k: dict(v) for k, v in DEFAULT_METRIC_TOLERANCE.items()},
+    )
+    if path is None:
+        return default, per
+    doc = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(doc, dict) or set(doc) - {"default", "metrics"}:
+        raise ConfigError(str(path), "", "expected a mapping with keys default and metrics")
+    default.update(doc.get("default") or {})
+    for m, tol in (doc.get("metrics") or {}).items():
+        if m not in MAIN_METRICS:
+            raise ConfigError(str(path), f"metrics.{m}", f"unknown metric (known: "
+                              f"{', '.join(MAIN_METRICS)})")  # fmt: skip
+        per[m] = {**default, **per.get(m, {}), **tol}
+    return default, per
+
+
+def tolerance_for(metric: str, default: dict, per: dict) -> dict:
+    return {**default, **per.get(metric, {})}
+
+
+def compare_metrics(base: dict, new: dict, default: dict, per: dict) -> list[dict]:
+    """One finding per metric outside tolerance: {metric, old, new, kind: worse|better|changed}."""
+    out = []
+    for m in MAIN_METRICS:
+        old, cur = base.get(m), new.get(m)
+        if old is None and cur is None:
+            continue
+        if old is None or cur is None:
+            out.append({"metric": m, "old": old, "new": cur, "kind": "worse"})
+            continue
+        tol = tolerance_for(m, default, per)
+        allowed = max(float(tol.get("abs", 0)), float(tol.get("rel", 0)) * abs(old))
+        delta = cur - old
+        if abs(delta) <= allowed:
+            continue
+        sign = direction(m) * (1 if delta > 0 else -1)
+        kind = "better" if sign > 0 else ("worse" if sign < 0 else "changed")
+        out.append({"metric": m, "old": old, "new": cur, "kind": kind, "allowed": allowed})
+    return out
+
+
+def regress_config(config: dict, where: str) -> tuple[dict, list, dict]:
+    """The short form of an experiment: (base config, points, regress settings)."""
+    spec = config.get("regress")
+    if not isinstance(spec, dict):
+        raise ConfigError(where, "regress", "expected a mapping like {max_requests: 300}")
+    unknown = set(spec) - {"max_requests", "seeds"}
+    if unknown:
+        raise ConfigError(where, f"regress.{sorted(unknown)[0]}", "unknown key "
+                          "(known: max_requests, seeds)")  # fmt: skip
+    cfg = dict(config)
+    base, points = expand(cfg, where)
+    seeds = spec.get("seeds") or [points[0].seed]
+    points = [p for p in points if p.seed in seeds] or points[:1]
+    limits = dict((base.get("workload") or {}).get("limits") or {})
+    if spec.get("max_requests"):
+        limits["max_requests"] = min(limits.get("max_requests") or 10**12, spec["max_requests"])
+    base = {**base, "workload": {**base["workload"], "limits": limits}}
+    return base, points, spec
+
+
+def run_experiment(path: Path, jobs: int = 1) -> dict:
+    """{point folder: headline metrics or {'error': ...}} of one experiment's short form."""
+    config = load_yaml(path)
+    base, points, _ = regress_config(config, str(path))
+    tasks = [Task(point_config(base, p, str(path)), str(path), str(path.parent), p, None, None)
+             for p in points]  # fmt: skip
+    if jobs > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            recs = list(pool.map(run_task, tasks))
+    else:
+        recs = [run_task(t) for t in tasks]
+    out = {}
+    for t, rec in zip(tasks, recs, strict=True):
+        if rec["status"] == "done":
+            m = headline(rec["summary"])
+            out[t.point.folder] = {k: m[k] for k in MAIN_METRICS}
+            out[t.point.folder]["latency_model"] = rec["summary"]["latency_model"].get("name")
+        else:
+            out[t.point.folder] = {"error": rec["error"]}
+    return out
+
+
+def find_experiments(folder: Path, only: list[str] | None = None) -> list[Path]:
+    found = []
+    for p in sorted(Path(folder).glob("*.yaml")):
+        try:
+            doc = yaml.safe_load(p.read_text())
+        except yaml.YAMLError:
+            continue
+        if isinstance(doc, dict) and "regress" in doc and (not only or p.stem in only):
+            found.append(p)
+    return found
+
+
+def regress_cli(args) -> int:
+    t0 = time.monotonic()
+    base_dir = Path(args.baseline)
+    tol_file = Path(args.tolerance_file) if args.tolerance_file else base_dir / "tolerances.yaml"
+    default, per = load_tolerances(tol_file if tol_file.is_file() or args.tolerance_file else None)
+    exps = find_experiments(Path(args.experiments), args.only)
+    if not exps:
+        raise ConfigError(args.experiments, "", "no experiment YAML with a regress: key here")
+    failed = 0
+    runs = 0
+    for path in exps:
+        new = run_experiment(path, args.jobs)
+        runs += len(new)
+        bfile = base_dir / f"{path.stem}.json"
+        if args.update:
+            errors = {k: v["error"] for k, v in new.items() if "error" in v}
+            if errors:
+                failed += 1
+                print(f"{path.stem}: NOT UPDATED, {len(errors)} run(s) failed")
+                for k, e in errors.items():
+                    print(f"    {k}: {e}")
+                continue
+            old = _read(bfile)
+            base_dir.mkdir(parents=True, exist_ok=True)
+            doc = {"experiment": path.stem, "source": str(path), "points": new}
+            bfile.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+            n = sum(len(_findings(old, new, default, per).get(k, [])) for k in new) if old else 0
+            print(
+                f"{path.stem}: baseline {'written' if old is None else 'updated'} "
+                f"({len(new)} runs{f', {n} metrics moved' if old else ''}) -> {bfile}"
+            )
+            continue
+        old = _read(bfile)
+        if old is None:
+            failed += 1
+            print(f"{path.stem}: FAIL no baseline {bfile} (create it with --update)")
+            continue
+        lines, bad = _report(old, new, default, per)
+        failed += bad
+        print(f"{path.stem}: {'REGRESSION' if bad else 'ok'} ({len(new)} runs)")
+        for line in lines:
+            print("    " + line)
+    took = time.monotonic() - t0
+    verdict = "failed" if failed else "passed"
+    print(f"regress {verdict}: {len(exps)} experiments, {runs} runs, {took:.1f} s")
+    return 1 if failed else 0
+
+
+def _read(path: Path) -> dict | None:
+    return json.loads(path.read_text())["points"] if path.is_file() else None
+
+
+def _findings(old: dict, new: dict, default: dict, per: dict) -> dict:
+    return {
+        k: compare_metrics(old[k], new[k], default, per)
+        for k in new
+        if k in old and "error" not in new[k] and "error" not in old[k]
+    }
+
+
+def _report(old: dict, new: dict, default: dict, per: dict) -> tuple[list[str], int]:
+    lines, bad = [], 0
+    for k in sorted(set(old) - set(new)):
+        lines.append(f"{k}: in the baseline but not run now (sweep changed? --update)")
+        bad = 1
+    for k in sorted(set(new) - set(old)):
+        lines.append(f"{k}: new point, no baseline (--update)")
+        bad = 1
+    for k, rec in new.items():
+        if "error" in rec:
+            lines.append(f"{k}: run FAILED: {rec['error']}")
+            bad = 1
+    for k, found in _findings(old, new, default, per).items():
+        lat_old, lat_new = old[k].get("latency_model"), new[k].get("latency_model")
+        if found and lat_old != lat_new:
+            lines.append(f"{k}: latency model changed: {lat_old} -> {lat_new}")
+        for f in found:
+            bad = bad or f["kind"] == "worse"
+            lines.append(f"{k}: {_show(f)}")
+    return lines, int(bad)
+
+
+def _show(f: dict) -> str:
+    m, old, new = f["metric"], f["old"], f["new"]
+    lat = m.endswith("_s") and direction(m) == -1
+    scale, unit = (1000.0, " ms") if lat else (1.0, "")
+    if old is None or new is None:
+        return f"{m}: {old} -> {new}  WORSE (became undefined)"
+    rel = f"{(new - old) / abs(old) * 100:+.1f}%" if old else "from 0"
+    tag = {"worse": "WORSE", "better": "better (accept with --update)", "changed": "changed"}
+    name = m[:-2] if lat else m
+    return (f"{name}: {old * scale:.4g}{unit} -> {new * scale:.4g}{unit} ({rel}; allowed "
+            f"+-{f['allowed'] * scale:.3g}{unit})  {tag[f['kind']]}")  # fmt: skip

@@ -1,0 +1,71 @@
+"""GPU checks of the profiler: timing helper, a tiny StepRunner, a tiny resumable table.
+
+Skipped without torch or CUDA (CI has neither); run on a GPU machine with
+``pytest tests/test_gpu_profile.py``.
+"""
+
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("CUDA not available", allow_module_level=True)
+
+pytestmark = pytest.mark.gpu
+
+TINY = SimpleNamespace(
+    name="tiny", num_layers=2, hidden_size=512, num_heads=8, num_kv_heads=2, head_dim=64,
+    intermediate_size=1024, vocab_size=1000, max_model_len=4096, qkv_bias=False,
+)
+
+
+def test_time_calls_returns_ordered_spread():
+    from profiles.timing import time_calls
+
+    x = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+    res = time_calls([lambda: x @ x])
+    assert 0 < res["p10_us"] <= res["median_us"] <= res["p90_us"]
+
+
+def test_varlen_gqa_matches_sdpa():
+    from profiles.torch_model import make_attn, varlen_features
+
+    attn = make_attn(varlen_features())
+    q = torch.randn(1, 8, 64, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(100, 2, 64, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    cu_q = torch.tensor([0, 1], dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0, 100], dtype=torch.int32, device="cuda")
+    out = attn(q, k, v, cu_q, cu_k, 1, 100, False)
+    kk = k.repeat_interleave(4, dim=1).transpose(0, 1)[None]
+    vv = v.repeat_interleave(4, dim=1).transpose(0, 1)[None]
+    ref = torch.nn.functional.scaled_dot_product_attention(q.transpose(0, 1)[None], kk, vv)
+    err = (out.float() - ref[0].transpose(0, 1).float()).norm() / ref.float().norm()
+    assert err < 2e-2
+
+
+def test_step_runner_mixed_and_graph_steps():
+    from profiles.torch_model import StepRunner
+
+    r = StepRunner(TINY, kv_cache_gib=0.5, max_seqs=16, max_tokens=2048)
+    t_dec = r.run_step([], [(0, 100), (1, 300), (2, 7)])
+    t_mix = r.run_step([(3, 512, 64)], [(0, 101)])
+    t_big = r.run_step([(3, 1024, 0), (4, 1024, 512)], [(0, 102)])
+    assert 0 < t_dec < 0.1 and 0 < t_mix < 0.5
+    assert t_big > 0
+    assert (4, 512) in r.graphs  # 3 decodes padded to batch 4, max_k 300 -> bucket 512
+    r.close()
+
+
+def test_profile_tiny_table_and_resume(tmp_path):
+    from profiles.cli import run_profile
+    from simulator.latency.profiled import load_for_report
+
+    out = str(tmp_path / "tiny_tp1")
+    assert run_profile(TINY, 1, out, budget_s=25, skip_steps=False, max_tokens=1024) == 0
+    before = (tmp_path / "tiny_tp1" / "gemm.csv").read_text()
+    assert run_profile(TINY, 1, out, budget_s=25, skip_steps=False, max_tokens=1024) == 0
+    assert (tmp_path / "tiny_tp1" / "gemm.csv").read_text() == before  # resumed: nothing new
+    m = load_for_report(out)
+    assert m.step_time(0, 0, 0, 8, 800) > 0

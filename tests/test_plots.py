@@ -1,0 +1,45 @@
+from pathlib import Path
+
+import pytest
+from tooling_helpers import tiny
+
+from simulator.cli import main
+from simulator.plots import plot_results
+from simulator.sweeprun import run_sweep
+
+
+@pytest.fixture(scope="module")
+def sweep_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("plots") / "sweep"
+    grid = {"workload.arrival.rate_per_s": [2, 8], "scheduler.max_num_seqs": [4, 64]}
+    run_sweep(tiny(sweep=grid, seeds=[0, 1]), "t.yaml", Path("."), out, progress=False)
+    return out
+
+
+def test_sweep_figures(sweep_dir, tmp_path):
+    files = plot_results(sweep_dir, tmp_path)
+    stems = {f.stem for f in files}
+    assert stems == {"ttft_vs_rate", "tpot_vs_rate", "goodput_vs_rate", "latency_cdf",
+                     "timeseries"}  # fmt: skip
+    for f in files:
+        assert f.stat().st_size > 1000
+        assert f.read_bytes()[:4] in (b"\x89PNG", b"<?xm")
+
+
+def test_figures_are_reproducible(sweep_dir, tmp_path):
+    a = plot_results(sweep_dir, tmp_path / "a")
+    b = plot_results(sweep_dir, tmp_path / "b")
+    for fa, fb in zip(a, b, strict=True):
+        if fa.suffix == ".svg":
+            assert fa.read_bytes() == fb.read_bytes()
+
+
+def test_single_run_folder(sweep_dir, tmp_path, capsys):
+    run = sweep_dir / "rate_per_s=2,max_num_seqs=4"  # a folder of seedN runs
+    assert main(["plot", str(run), "--out", str(tmp_path)]) == 0
+    assert {p.stem for p in tmp_path.glob("*.png")} == {"latency_cdf", "timeseries"}
+
+
+def test_not_a_results_folder(tmp_path, capsys):
+    assert main(["plot", str(tmp_path)]) == 2
+    assert "neither a sweep folder" in capsys.readouterr().err
