@@ -109,6 +109,12 @@ def cmd_profile(argv: list[str]) -> int:
     return profile_main(argv)
 
 
+def cmd_validate(argv: list[str]) -> int:
+    from profiles.validate import main as validate_main
+
+    return validate_main(argv)
+
+
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="servesim", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -178,6 +184,7 @@ def make_parser() -> argparse.ArgumentParser:
     rg.set_defaults(func=cmd_regress)
 
     sub.add_parser("profile", help="profile GPU kernels into latency tables (needs torch+CUDA)")
+    sub.add_parser("validate", help="run an experiment simulated and on a real GPU; report error")
     return p
 
 
@@ -186,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv and argv[0] == "profile":
             return cmd_profile(argv[1:])
+        if argv and argv[0] == "validate":
+            return cmd_validate(argv[1:])
         args = make_parser().parse_args(argv)
         return args.func(args)
     except ConfigError as e:
