@@ -150,7 +150,8 @@ def _diff(argv: list[str]) -> int:
                 f"range {chs[0]:+.1%} .. {chs[-1]:+.1%}"
             )
         for k, a_, b_, ch in sorted(moves, key=lambda m: -abs(m[3]))[:10]:
-            print(f"  FLAG {name} {dict(zip(keys, k))}: {a_:.1f} -> {b_:.1f} us ({ch:+.1%})")
+            where = dict(zip(keys, k, strict=True))
+            print(f"  FLAG {name} {where}: {a_:.1f} -> {b_:.1f} us ({ch:+.1%})")
         flagged += len(moves)
         only_o, only_n = len(set(ro) - set(rn)), len(set(rn) - set(ro))
         if only_o or only_n:
@@ -193,7 +194,9 @@ def _smi(query: str) -> str | None:
     try:
         r = subprocess.run(
             ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20,
+            capture_output=True,
+            text=True,
+            timeout=20,
         )
         return r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout else None
     except (OSError, subprocess.SubprocessError, IndexError):
@@ -203,7 +206,10 @@ def _smi(query: str) -> str | None:
 def _git_commit() -> str | None:
     try:
         r = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
             cwd=os.path.dirname(os.path.abspath(__file__)),
         )
         return r.stdout.strip() or None if r.returncode == 0 else None
@@ -227,8 +233,10 @@ def _profile(argv: list[str]) -> int:
     try:
         import torch
     except ImportError:
-        print("servesim profile: torch is not installed (pip install servesim[profile])",
-              file=sys.stderr)
+        print(
+            "servesim profile: torch is not installed (pip install servesim[profile])",
+            file=sys.stderr,
+        )
         return 2
     if not torch.cuda.is_available():
         print("servesim profile: no CUDA GPU visible to torch", file=sys.stderr)
@@ -239,14 +247,16 @@ def _profile(argv: list[str]) -> int:
     return run_profile(spec, a.tp, a.out, a.budget_minutes * 60, a.skip_steps, a.max_tokens)
 
 
-def run_profile(spec, tp: int, out: str, budget_s: float, skip_steps: bool,
-                max_tokens: int = 16384) -> int:
+def run_profile(
+    spec, tp: int, out: str, budget_s: float, skip_steps: bool, max_tokens: int = 16384
+) -> int:
     import torch
 
     from profiles import measure as M
     from profiles.torch_model import StepRunner, varlen_features
 
     t0 = time.time()
+    os.makedirs(out, exist_ok=True)
     sh = M.Shapes(spec, tp)
     times: dict[str, float] = {}
     counts: dict[str, int] = {}
@@ -288,8 +298,13 @@ def run_profile(spec, tp: int, out: str, budget_s: float, skip_steps: bool,
     runner_info = {}
     if not skip_steps:
         ts = time.time()
-        runner = StepRunner(spec, tp=tp, max_seqs=512, max_tokens=max_tokens,
-                            max_model_len=max(getattr(spec, "max_model_len", 8192), 65536))
+        runner = StepRunner(
+            spec,
+            tp=tp,
+            max_seqs=512,
+            max_tokens=max_tokens,
+            max_model_len=max(getattr(spec, "max_model_len", 8192), 65536),
+        )
         runner_info = {
             "kv_layout": runner.kv_layout,
             "shared_weights": runner.shared_weights,
@@ -309,7 +324,7 @@ def run_profile(spec, tp: int, out: str, budget_s: float, skip_steps: bool,
         "schema_version": 1,
         "gpu": {
             "key": gpu_key(props.name),
-            "name": props.name,
+            "name": str(props.name),
             "memory_gib": round(props.total_memory / 2**30, 1),
             "sm_count": props.multi_processor_count,
             "driver": _smi("driver_version"),
@@ -328,18 +343,21 @@ def run_profile(spec, tp: int, out: str, budget_s: float, skip_steps: bool,
         },
         "tp": tp,
         "per_gpu_shapes": {
-            "heads": sh.H, "kv_heads": sh.KVH, "intermediate": sh.inter, "vocab": sh.vocab,
+            "heads": sh.H,
+            "kv_heads": sh.KVH,
+            "intermediate": sh.inter,
+            "vocab": sh.vocab,
         },
         "dtype": "bfloat16",
-        "torch_version": torch.__version__,
-        "cuda_version": torch.version.cuda,
+        "torch_version": str(torch.__version__),
+        "cuda_version": str(torch.version.cuda),
         "attention_backend": "flash (torch.nn.attention.varlen.varlen_attn)",
         "varlen_signature": feat["signature"],
         "attention_kv_layout": "paged (block_table, block 16)" if feat["paged"] else "contiguous",
         "decode_attention": "query length 1, causal flag OFF (see attn_decode.csv causal=1 rows)",
         "allreduce": ar_note,
         "allreduce_estimate": {"bus_gbps": 300.0, "latency_us": 12.0},
-        "step_runner": runner_info,
+        "step_runner": runner_info or prev.get("step_runner", {}),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "git_commit": _git_commit(),
         "grid": {
@@ -355,8 +373,10 @@ def run_profile(spec, tp: int, out: str, budget_s: float, skip_steps: bool,
 
     with open(os.path.join(out, "meta.yaml"), "w") as f:
         yaml.safe_dump(meta, f, sort_keys=False)
-    print(f"profiled {spec.name} tp{tp} on {props.name} in {total:.0f}s: "
-          + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    print(
+        f"profiled {spec.name} tp{tp} on {props.name} in {total:.0f}s: "
+        + ", ".join(f"{k} {v}" for k, v in counts.items())
+    )
     if not skip_steps and os.path.exists(os.path.join(out, "steps.csv")):
         try:
             from simulator.latency.profiled import load_for_report

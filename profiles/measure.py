@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 import sys
 import time
 
@@ -106,7 +107,7 @@ def profile_gemm(out: str, sh: Shapes, deadline: float, grid: list[int]) -> int:
         ws = weights[op]
         xs = [torch.randn(t, k, device="cuda", dtype=torch.bfloat16) for _ in range(len(ws))]
         # F.linear as the model calls it (cuBLAS, weight [n, k] transposed in the call)
-        res = time_calls([lambda i=i: F.linear(xs[i], ws[i]) for i in range(len(ws))])
+        res = time_calls([lambda x=x, w=w: F.linear(x, w) for x, w in zip(xs, ws, strict=True)])
         tbl.append_row(out, "gemm.csv", {"op": op, "tokens": t, "n": n, "k": k, **res})
         count += 1
         bar.step(f"{op} T={t} {res['median_us']:.1f}us")
@@ -153,17 +154,16 @@ def profile_elementwise(out: str, sh: Shapes, deadline: float, grid: list[int]) 
             cos = torch.randn(t, 1, half, device="cuda", dtype=dt)
             sin = torch.randn(t, 1, half, device="cuda", dtype=dt)
 
-            def rot(x):
+            def rot(x, cos=cos, sin=sin):
                 x1, x2 = x[..., :half], x[..., half:]
                 return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
-            calls = [lambda q=q, k=k: (rot(q), rot(k)) for q, k in zip(qs, ks)]
+            calls = [lambda q=q, k=k: (rot(q), rot(k)) for q, k in zip(qs, ks, strict=True)]
         elif op == "silu_mul":
             nbytes = t * sh.inter * 3 * 2
             r = rotations(nbytes)
             xs = [torch.randn(t, 2 * sh.inter, device="cuda", dtype=dt) for _ in range(r)]
-            i = sh.inter
-            calls = [lambda x=x: F.silu(x[:, :i]) * x[:, i:] for x in xs]
+            calls = [lambda x=x, i=sh.inter: F.silu(x[:, :i]) * x[:, i:] for x in xs]
         elif op == "embed":
             ids = [torch.randint(0, sh.vocab, (t,), device="cuda") for _ in range(8)]
             calls = [lambda d=d: emb[d] for d in ids]
@@ -230,9 +230,10 @@ class AttnBench:
                 table[i, :p] = ids[off : off + p]
                 off += p
             used = torch.tensor(klens, dtype=torch.int32, device="cuda")
-            mq, mk = max(qlens), max(klens)
-            return lambda: self.attn(q, self.k, self.v, cu_q, cu_k, mq, mk, causal,
-                                     seqused_k=used, block_table=table)
+            mq, mk = max(qlens), _max_k(qlens, klens)
+            return lambda: self.attn(
+                q, self.k, self.v, cu_q, cu_k, mq, mk, causal, seqused_k=used, block_table=table
+            )
         total = sum(klens)
         cap = self.k.shape[0]
         if total > cap:
@@ -241,10 +242,20 @@ class AttnBench:
             self.cursor = 0
         start = self.cursor
         self.cursor += total
-        cu_k = torch.tensor([start] + [start + c for c in _cumsum(klens)], dtype=torch.int32,
-                            device="cuda")
-        mq, mk = max(qlens), max(klens)
+        cu_k = torch.tensor(
+            [start] + [start + c for c in _cumsum(klens)], dtype=torch.int32, device="cuda"
+        )
+        mq, mk = max(qlens), _max_k(qlens, klens)
         return lambda: self.attn(q, self.k, self.v, cu_q, cu_k, mq, mk, causal)
+
+
+def _max_k(qlens: list[int], klens: list[int]) -> int:
+    """max_k as the step runner passes it: decode calls round it up to a power of two."""
+    from profiles.torch_model import max_k_bucket
+
+    if max(qlens) == 1:
+        return max_k_bucket(max(klens))
+    return max(klens)
 
 
 def _cumsum(xs):
@@ -255,28 +266,38 @@ def _cumsum(xs):
     return out
 
 
-def uneven_lengths(total: int, n: int, rng: random.Random) -> list[int]:
-    """n positive ints summing to total, spread like real batches (lognormal, sigma 0.8)."""
+def uneven_lengths(total: int, n: int, rng: random.Random | None = None) -> list[int]:
+    """n positive ints summing to total, spread like real batches, deterministically.
+
+    The lengths sit at the (i + 0.5) / n quantiles of a lognormal (sigma 0.8), so the longest /
+    mean ratio is a smooth function of n. This matters: torch 2.11's varlen FlashAttention has no
+    split-KV, so a decode call lasts about as long as its LONGEST sequence takes, and a random
+    draw would make the table jump by the luck of its maximum. ``rng`` is accepted and unused.
+    """
     if n == 1:
         return [total]
-    w = [rng.lognormvariate(0, 0.8) for _ in range(n)]
+    nd = statistics.NormalDist()
+    w = [math.exp(0.8 * nd.inv_cdf((i + 0.5) / n)) for i in range(n)]
     s = sum(w)
     out = [max(1, int(total * x / s)) for x in w]
-    out[0] += total - sum(out)
-    if out[0] < 1:
+    out[-1] += total - sum(out)
+    if out[-1] < 1:
         out = [max(1, total // n)] * n
-        out[0] += total - sum(out)
+        out[-1] += total - sum(out)
     return out
 
 
 def decode_grid(max_batch: int = 512) -> list[tuple[int, int, int, int]]:
     """(batch, total_ctx, uneven, causal): coarse-first; uneven contexts for batch >= 2."""
     bs = [b for b in (1, 4, 16, 64, 256, 2, 8, 32, 128, 512) if b <= max_batch]
+    # 1.5x batch points: the longest context of a batch (which sets the kernel time, see
+    # uneven_lengths) moves with batch size, so batch needs a finer grid than powers of two
+    bs_mid = [b for b in (3, 6, 12, 24, 48, 96, 192, 384) if b <= max_batch]
     ks_coarse = [512, 2048, 8192, 32768, 131072, 524288]
     ks_fine = [1024, 4096, 16384, 65536, 262144]
     pts = []
-    for ks in (ks_coarse, ks_fine):
-        for b in bs:
+    for bl, ks in ((bs, ks_coarse), (bs, ks_fine), (bs_mid, ks_coarse + ks_fine)):
+        for b in bl:
             for k in ks:
                 if k >= b:
                     pts.append((b, k, 1 if b > 1 else 0, 0))
@@ -408,6 +429,18 @@ def step_compositions(capacity_tokens: int, max_tokens: int = 16384) -> list[dic
         (16384, 0, 1, 0, 0),
         (700, 30000, 1, 4, 8000),
         (32, 0, 64, 128, 2048),
+        (64, 0, 1, 8, 512),
+        (256, 0, 1, 0, 0),
+        (32, 1024, 2, 64, 256),
+        (96, 2000, 1, 16, 4000),
+        (400, 0, 1, 48, 3000),
+        # small eager steps, where Python launch overhead may exceed GPU time
+        (1, 0, 1, 0, 0),
+        (8, 0, 1, 4, 1000),
+        (24, 512, 1, 24, 2000),
+        (48, 0, 2, 2, 6000),
+        (128, 4096, 1, 0, 0),
+        (16, 0, 1, 200, 1000),
     ]
     for c, b, s, db, dctx in mixed:
         if s * c + db > max_tokens or s * (b + c) + db * dctx > capacity_tokens * 0.9:

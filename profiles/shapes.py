@@ -24,7 +24,16 @@ def fallback_model(name: str):
         raise ConfigError("<cli>", "--model", f"unknown model {name!r}")
     L, h, nh, kv, d, inter, vocab, mlen = _SHAPES[name]
     return SimpleNamespace(
-        name=name, num_layers=L, hidden_size=h, num_heads=nh, num_kv_heads=kv, head_dim=d,
-        intermediate_size=inter, vocab_size=vocab, bytes_per_weight=2, bytes_per_kv=2,
-        max_model_len=mlen, qkv_bias=name.startswith("qwen"),
+        name=name,
+        num_layers=L,
+        hidden_size=h,
+        num_heads=nh,
+        num_kv_heads=kv,
+        head_dim=d,
+        intermediate_size=inter,
+        vocab_size=vocab,
+        bytes_per_weight=2,
+        bytes_per_kv=2,
+        max_model_len=mlen,
+        qkv_bias=name.startswith("qwen"),
     )

@@ -24,12 +24,14 @@ Tensor parallelism: with ``tp > 1`` on one GPU, the runner computes ONE GPU's sh
 kv heads, intermediate size and vocabulary divided by tp) and performs no all-reduce; the latency
 model adds all-reduce time from its own table.
 
-Timing (``run_step``): CUDA events recorded around the host-to-device copies of the step's
-metadata, the forward and sampling. Included: GPU time and any GPU idle time caused by Python /
-kernel-launch overhead of the forward (eager mode). Not included: the scheduler's host work,
-building the Python lists, detokenization, and overlap with the next step. Decode-only steps run
-as CUDA graphs captured per padded batch size (as vLLM does) when ``use_cuda_graphs``; mixed steps
-run eagerly.
+Timing (``run_step``): CUDA events recorded around the forward and sampling. Included: GPU time
+and any GPU idle time caused by Python / kernel-launch overhead of the forward (eager mode: for
+small batches this CPU time exceeds the GPU time, ~10-15 ms a step for 32 layers). Not included:
+the scheduler's host work, building the step's metadata and copying it to the GPU (done before
+the start event), detokenization, and overlap with the next step. Decode-only steps run as CUDA
+graphs captured per (padded batch size, max_k bucket), as vLLM pads to capture sizes; mixed
+steps run eagerly. Production engines also graph-capture mixed steps (piecewise graphs), so
+their small mixed steps are faster than this runner's.
 """
 
 from __future__ import annotations
@@ -38,6 +40,20 @@ import inspect
 import math
 
 CAPTURE_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+def max_k_bucket(max_ctx: int) -> int:
+    """Decode ``max_k`` passed to FlashAttention: the longest context rounded up to a power of 2.
+
+    FlashAttention picks its split-KV factor from ``max_k``; a graph captured with one huge
+    static ``max_k`` would split the wrong range and run much slower (seen: 2-3x at small batch).
+    Graphs are therefore captured per (batch size, max_k bucket), and eager decode calls and the
+    op benchmarks use the same bucketing, so the tables and the steps agree.
+    """
+    b = 256
+    while b < max_ctx:
+        b *= 2
+    return b
 
 
 def varlen_features() -> dict:
@@ -302,8 +318,16 @@ class StepRunner:
     def _attn(self, q, kc, vc, m, causal):
         if self.paged:
             return self.attn(
-                q, kc, vc, m["cu_q"], m["cu_k"], m["max_q"], m["max_k"], causal,
-                seqused_k=m["used"], block_table=m["table"],
+                q,
+                kc,
+                vc,
+                m["cu_q"],
+                m["cu_k"],
+                m["max_q"],
+                m["max_k"],
+                causal,
+                seqused_k=m["used"],
+                block_table=m["table"],
             )
         return self.attn(q, kc, vc, m["cu_q"], m["cu_k"], m["max_q"], m["max_k"], causal)
 
@@ -313,6 +337,8 @@ class StepRunner:
         if hi <= lo:
             return None
         qlens = [seqs[i][1] for i in range(lo, hi)]
+        if max_k is None and all(n == 1 for n in qlens):
+            max_k = max_k_bucket(max(kv_lens[lo:hi]))
         klens = kv_lens[lo:hi]
         cu_q = [0]
         for n in qlens:
@@ -403,11 +429,11 @@ class StepRunner:
 
     # ---- CUDA graphs for decode-only steps ---------------------------------------------------
 
-    def _graph_for(self, bsz: int):
-        """Capture (once) the decode forward for a padded batch size; static inputs inside."""
+    def _graph_for(self, bsz: int, max_k: int):
+        """Capture (once) the decode forward for a padded batch size and max_k bucket."""
         torch = self.torch
-        if bsz in self.graphs:
-            return self.graphs[bsz]
+        if (bsz, max_k) in self.graphs:
+            return self.graphs[(bsz, max_k)]
         max_pages = -(-self.max_model_len // self.block_size)
         st = {
             "ids": torch.zeros(bsz, dtype=torch.long, device=self.dev),
@@ -420,8 +446,7 @@ class StepRunner:
         }
         if self.paged:
             st["table"] = torch.zeros(bsz, max_pages, dtype=torch.int32, device=self.dev)
-        dec = {"n": bsz, "cu_q": st["cu_q"], "cu_k": st["cu_k"], "max_q": 1,
-               "max_k": self.max_model_len}
+        dec = {"n": bsz, "cu_q": st["cu_q"], "cu_k": st["cu_k"], "max_q": 1, "max_k": max_k}
         if self.paged:
             dec["table"] = st["table"]
             dec["used"] = st["used"]
@@ -438,29 +463,28 @@ class StepRunner:
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g, pool=self._pool):
             out = self._forward(*args)
-        self.graphs[bsz] = (g, st, out)
-        return self.graphs[bsz]
+        self.graphs[(bsz, max_k)] = (g, st, out)
+        return self.graphs[(bsz, max_k)]
 
     def _run_graph(self, decodes, block_tables) -> float:
         torch = self.torch
         b = len(decodes)
         bsz = next(c for c in CAPTURE_SIZES if c >= b)
-        g, st, _ = self._graph_for(bsz)
+        g, st, _ = self._graph_for(bsz, max_k_bucket(max(n for _, n in decodes)))
         # pad with 1-token dummy sequences (each in its own block), as engines pad graphs
         pads = [(-1 - i, 1) for i in range(bsz - b)]
-        seqs, positions, slots, kv_lens, tables = self._metadata([], list(decodes) + pads,
-                                                                 block_tables and {
-                                                                     **block_tables,
-                                                                     **{p[0]: [0] for p in pads},
-                                                                 })
-        if self.paged:
-            cu = [0]
-            for n in kv_lens:
-                cu.append(cu[-1] + n)
-        else:
-            cu = [0]
-            for n in kv_lens:
-                cu.append(cu[-1] + n)
+        seqs, positions, slots, kv_lens, tables = self._metadata(
+            [],
+            list(decodes) + pads,
+            block_tables
+            and {
+                **block_tables,
+                **{p[0]: [0] for p in pads},
+            },
+        )
+        cu = [0]
+        for n in kv_lens:
+            cu.append(cu[-1] + n)
         st["ids"].copy_(torch.randint(0, self.vocab, (bsz,), device=self.dev, generator=self.gen))
         st["pos"].copy_(torch.tensor(positions, dtype=torch.long))
         st["slots"].copy_(torch.tensor(slots, dtype=torch.long))

@@ -15,8 +15,16 @@ if not torch.cuda.is_available():
 pytestmark = pytest.mark.gpu
 
 TINY = SimpleNamespace(
-    name="tiny", num_layers=2, hidden_size=512, num_heads=8, num_kv_heads=2, head_dim=64,
-    intermediate_size=1024, vocab_size=1000, max_model_len=4096, qkv_bias=False,
+    name="tiny",
+    num_layers=2,
+    hidden_size=512,
+    num_heads=8,
+    num_kv_heads=2,
+    head_dim=64,
+    intermediate_size=1024,
+    vocab_size=1000,
+    max_model_len=4096,
+    qkv_bias=False,
 )
 
 

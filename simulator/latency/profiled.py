@@ -11,22 +11,36 @@ Step time (seconds) = ``base + mixed * [prefill_tokens > 0] + gamma * ops + allr
   decode_seqs`` (rows through the LM head and sampler), ``L`` the number of layers;
 * ``lin(T)`` = per layer (qkv, o, gate_up, down GEMMs, 2 RMSNorms, rotary, SiLU-mul) times L,
   plus embedding and final norm: piecewise-linear in T over the profiled token grid;
-* ``attn_decode`` = FlashAttention decode (query length 1, not causal) per layer: linear in total
-  context K between grid points and log-log in batch B;
+* ``attn_decode`` = FlashAttention decode (query length 1, not causal) per layer, on a
+  (batch B, mean context K / B) grid: linear in mean context, log-log in B; for decode-only
+  steps the larger of the values at B and at the padded graph batch;
 * ``attn_prefill`` = causal FlashAttention over prompt chunks per layer, looked up at the mean
   chunk ``T_p / s`` and mean cached context ``A / T_p - (chunk + 1) / 2``: linear in context,
   log-log in chunk length and in number of sequences;
 * ``allreduce`` = 2 per layer at T tokens, from ``allreduce.csv`` when measured, else a ring
   estimate (said in ``describe()['warnings']``).
 
+Decode attention caveat: torch 2.11's varlen_attn takes no block table and no split-KV setting,
+and a decode call lasts about as long as its longest sequence takes (its kernel time jumps with
+batch size and ``max_k``). The features carry only the sum of contexts;
+the table was measured with contexts at fixed lognormal (sigma 0.8) quantiles, so the model
+assumes that spread. Batches with one very long sequence among short ones take longer than
+modeled.
+
+Calibration (fitted on train steps only): ``base`` (every step), ``mixed`` (eager steps, i.e.
+any prefill), ``gamma`` (scale on the op sum), and an eager floor: an eager step can't be faster
+than the Python launch time of its forward (fitted separately for prefill-only steps and for
+steps with two attention calls a layer). Decode-only steps are modeled as the runner executes
+them: padded to the next CUDA-graph capture size.
+
 Invariants: ``base``, ``mixed``, ``gamma`` >= 0 (non-negative least squares); every op table is
-projected onto a monotone one before use (cumulative max along each axis; for decode, a
-cumulative min from the right along batch at equal total context, so more sequences holding the
-same keys never cost less). Hence the result is non-decreasing in ``prefill_attn``,
-``decode_seqs``, ``decode_ctx``, and in ``prefill_tokens`` / ``prefill_seqs`` whenever the other
-prefill features scale with them; holding ``prefill_attn`` fixed while adding prompt tokens can
-lower attention time slightly (a longer chunk with the same causal pairs fills the kernel's query
-tiles better), which is physical and bounded by the GEMM growth in practice.
+projected onto a monotone one before use (cumulative max along each axis, which only lifts
+dips; decode is kept on a (batch, mean context) grid). The result is non-decreasing in
+``prefill_attn`` and ``decode_ctx``; in ``prefill_tokens`` and ``prefill_seqs`` when the chunks
+grow or are added with their attention pairs; in ``decode_seqs`` when the added sequence holds
+at least the mean context. Not in the unphysical directions: adding sequences while holding
+the total context fixed shortens the longest sequence and the decode kernel gets faster, and
+adding prompt tokens at fixed causal pairs lets a chunk fill the kernel's query tiles better.
 
 Hot path: `step_time` uses only bisect on Python lists and float arithmetic (a few microseconds);
 no numpy, no allocation beyond floats. This module never imports torch.
@@ -40,6 +54,7 @@ import warnings
 from bisect import bisect_right
 
 from profiles.table import GEMM_OPS, Table, load_table
+from profiles.torch_model import CAPTURE_SIZES
 from simulator.errors import ConfigError
 
 LAYER_GEMMS = ("qkv", "o", "gate_up", "down")
@@ -92,14 +107,6 @@ def _cummax(vals: list[float]) -> list[float]:
     return out
 
 
-def _cummin_right(vals: list[float]) -> list[float]:
-    out, m = [0.0] * len(vals), math.inf
-    for i in range(len(vals) - 1, -1, -1):
-        m = min(m, vals[i])
-        out[i] = m
-    return out
-
-
 def _interp1(xs: list[float], ys: list[float], x: float) -> float:
     i, w, _ = _locate(xs, x)
     if len(xs) == 1:
@@ -130,7 +137,7 @@ class ProfileLatencyModel:
             )
         if int(table.meta["tp"]) != int(tp):
             raise ConfigError(
-                meta_path, "tp", f"table was profiled for tp={table.meta['tp']}, experiment has {tp}"
+                meta_path, "tp", f"table was profiled for tp={table.meta['tp']}, not tp={tp}"
             )
         layers = table.meta["model"].get("num_layers", model_spec.num_layers)
         if int(layers) != int(model_spec.num_layers):
@@ -145,6 +152,9 @@ class ProfileLatencyModel:
         self.name = f"profile:{table.label}"
         self.warnings: list[str] = []
         self._warned: set[str] = set()
+        self._pad = [0] + [
+            next(c for c in CAPTURE_SIZES if c >= b) for b in range(1, CAPTURE_SIZES[-1] + 1)
+        ]
         self._build_linear()
         self._build_decode()
         self._build_prefill()
@@ -152,6 +162,8 @@ class ProfileLatencyModel:
         self.base = 0.0
         self.mixed = 0.0
         self.gamma = 1.0
+        self.eager_floor = 0.0
+        self.eager_floor_dec = 0.0
         self.fit_info: dict = {}
         self.heldout: dict = {}
         self.fit()
@@ -205,6 +217,14 @@ class ProfileLatencyModel:
         self._tok_max = xs[-1]
 
     def _build_decode(self) -> None:
+        """Decode table on a (batch B, mean context m = K / B) grid, monotone along both.
+
+        Measured on (B, total context K); resampled at fixed m (linear in K at fixed B, linear
+        extrapolation past the largest K, clamp below the smallest), then lifted by cumulative
+        max along m and along B. At fixed B that is monotone in K; at fixed mean context it is
+        monotone in B (the kernel's wave quantization makes some batch sizes measure faster than
+        smaller ones; the projection removes those dips).
+        """
         where = os.path.join(self.table_dir, "attn_decode.csv")
         rows = [r for r in self.table.rows["attn_decode.csv"] if r["causal"] == 0]
         if not rows:
@@ -217,20 +237,27 @@ class ProfileLatencyModel:
             if key not in pts or pref > pts[key][0]:
                 pts[key] = (pref, r["median_us"] * 1e-6)
         bs = sorted({k[0] for k in pts})
-        ks = sorted({k[1] for k in pts})
+        ms = [float(2**i) for i in range(0, 21)]
         grid = []
         for b in bs:
+            ks = sorted(k for (bb, k) in pts if bb == b)
+            vs = _cummax([pts[(b, k)][1] for k in ks])
             col = []
-            for k in ks:
-                col.append(pts.get((b, k), (0, math.nan))[1])
-            grid.append(_fill_nan(col))
-        # monotone in K at fixed B, then in B at fixed K (cumulative min from the right)
-        grid = [_cummax(col) for col in grid]
-        for j in range(len(ks)):
-            colb = _cummin_right([grid[i][j] for i in range(len(bs))])
+            for m in ms:
+                k = b * m
+                if len(ks) == 1 or k <= ks[0]:
+                    col.append(vs[0])
+                    continue
+                i, w, _ = _locate(ks, k)
+                col.append(vs[i] + (vs[i + 1] - vs[i]) * w)
+            grid.append(_cummax(col))
+        for j in range(len(ms)):
+            colb = _cummax([grid[i][j] for i in range(len(bs))])
             for i in range(len(bs)):
                 grid[i][j] = colb[i]
-        self._dec_b, self._dec_k, self._dec = bs, ks, grid
+        self._dec_b, self._dec_m, self._dec = bs, ms, grid
+        self._dec_kmax = {b: max(k for (bb, k) in pts if bb == b) for b in bs}
+        self._dec_kmax_all = max(self._dec_kmax.values())
 
     def _build_prefill(self) -> None:
         rows = self.table.rows["attn_prefill.csv"]
@@ -288,9 +315,7 @@ class ProfileLatencyModel:
         lat = float(est.get("latency_us", DEFAULT_AR_LATENCY_US)) * 1e-6
         hidden = int(self.table.meta["model"].get("hidden_size", model_spec.hidden_size))
         self._ar_tok = [1.0, 1e6]
-        self._ar = [
-            lat + 2 * (self.tp - 1) / self.tp * t * hidden * 2 / bw for t in self._ar_tok
-        ]
+        self._ar = [lat + 2 * (self.tp - 1) / self.tp * t * hidden * 2 / bw for t in self._ar_tok]
         self.allreduce_source = f"estimated (ring, {bw / 1e9:.0f} GB/s bus, {lat * 1e6:.0f} us)"
         self._warn_static(
             f"all-reduce for tp={self.tp} not measured: estimated with a ring formula "
@@ -318,35 +343,37 @@ class ProfileLatencyModel:
         i, w, out = _locate(xs, t)
         if out:
             self._warn_once("tokens", f"{t:.0f} tokens per step is beyond the grid ({xs[-1]:.0f})")
-        return _lerp(self._lin[i], self._lin[i + 1], w) if len(xs) > 1 else self._lin[0]
+        lin = self._lin
+        return lin[i] + (lin[i + 1] - lin[i]) * w
 
     def _head_time(self, r: float) -> float:
-        xs = self._tok
-        i, w, _ = _locate(xs, r)
-        return _lerp(self._head[i], self._head[i + 1], w) if len(xs) > 1 else self._head[0]
+        i, w, _ = _locate(self._tok, r)
+        h = self._head
+        return h[i] + (h[i + 1] - h[i]) * w
 
     def _decode_time(self, b: float, k: float) -> float:
-        bs, ks, g = self._dec_b, self._dec_k, self._dec
-        if k < b:
-            k = b
-        j, wk, outk = _locate(ks, k)
-        if b > bs[-1] or outk:
-            self._warn_once(
-                "decode", f"decode batch {b:.0f} / total context {k:.0f} beyond the grid"
-            )
-        if len(bs) == 1:
+        """One layer's decode attention for b sequences holding k keys in total."""
+        bs, g = self._dec_b, self._dec
+        if k > self._dec_kmax_all or b > bs[-1]:
+            self._warn_once("decode", f"decode batch {b:.0f} / total context {k:.0f} beyond grid")
+        m = k / b
+        j, wm, _ = _locate(self._dec_m, m)
+        if b <= bs[0] or len(bs) == 1:
             col = g[0]
-            return col[j] + (col[j + 1] - col[j]) * wk if len(ks) > 1 else col[0]
+            return col[j] + (col[j + 1] - col[j]) * wm
         i, _, _ = _locate(bs, b)
-        lo = g[i][j] + (g[i][j + 1] - g[i][j]) * wk
-        hi = g[i + 1][j] + (g[i + 1][j + 1] - g[i + 1][j]) * wk
-        if b <= bs[i]:
+        lo_c, hi_c = g[i], g[i + 1]
+        lo = lo_c[j] + (lo_c[j + 1] - lo_c[j]) * wm
+        hi = hi_c[j] + (hi_c[j + 1] - hi_c[j]) * wm
+        b0, b1 = bs[i], bs[i + 1]
+        if b >= b1:  # beyond the last batch: proportional to batch at fixed mean context
+            return hi * b / b1
+        if lo <= 0.0 or b <= b0:
             return lo
-        if b >= bs[i + 1]:  # beyond the last batch: proportional to batch at fixed mean context
-            return hi * b / bs[i + 1] if b > bs[-1] else hi
-        return _loglerp(lo, hi, bs[i], bs[i + 1], b)
+        return lo * (hi / lo) ** (math.log(b / b0) / math.log(b1 / b0))
 
     def _prefill_time(self, s: float, tokens: float, attn: float) -> float:
+        """One layer's causal attention over s prompt chunks (tokens, attn pairs in total)."""
         if s < 1:
             s = 1.0
         c = tokens / s
@@ -356,7 +383,7 @@ class ProfileLatencyModel:
         ss, cs, bs, cube = self._pre_s, self._pre_c, self._pre_b, self._pre
         scale = 1.0
         if s > ss[-1]:
-            scale *= s / ss[-1]
+            scale = s / ss[-1]
             s = ss[-1]
         if c > cs[-1]:
             self._warn_once("chunk", f"prefill chunk {c:.0f} beyond the grid ({cs[-1]:.0f})")
@@ -365,23 +392,21 @@ class ProfileLatencyModel:
         m, wb, outb = _locate(bs, ctx)
         if outb:
             self._warn_once("context", f"prefill context {ctx:.0f} beyond the grid ({bs[-1]:.0f})")
-
-        def at(i: int, j: int) -> float:
-            row = cube[i][j]
-            if len(bs) == 1:
-                return row[0]
-            return row[m] + (row[m + 1] - row[m]) * wb
-
-        def along_c(i: int) -> float:
-            if len(cs) == 1:
-                return at(i, 0)
-            j, _, _ = _locate(cs, c)
-            return _loglerp(at(i, j), at(i, j + 1), cs[j], cs[j + 1], c)
-
-        if len(ss) == 1:
-            return scale * along_c(0)
+        j, _, _ = _locate(cs, c)
         i, _, _ = _locate(ss, s)
-        return scale * _loglerp(along_c(i), along_c(i + 1), ss[i], ss[i + 1], s)
+        c0, c1 = cs[j], cs[j + 1]
+        pc = math.log(c / c0) / math.log(c1 / c0) if c > c0 else 0.0
+        out = []
+        for ii in (i, i + 1):
+            r0, r1 = cube[ii][j], cube[ii][j + 1]
+            v0 = r0[m] + (r0[m + 1] - r0[m]) * wb
+            v1 = r1[m] + (r1[m + 1] - r1[m]) * wb
+            out.append(v0 * (v1 / v0) ** pc if v0 > 0 and pc else v0)
+        s0, s1 = ss[i], ss[i + 1]
+        lo, hi = out
+        if s <= s0 or lo <= 0:
+            return scale * lo
+        return scale * lo * (hi / lo) ** (math.log(s / s0) / math.log(s1 / s0))
 
     def ops_time(
         self,
@@ -390,21 +415,38 @@ class ProfileLatencyModel:
         prefill_seqs: int,
         decode_seqs: int,
         decode_ctx: int,
-        *,
         allreduce: bool = True,
     ) -> float:
-        """Sum of the profiled op times for one step (seconds), before calibration."""
-        t = prefill_tokens + decode_seqs
-        if t <= 0:
-            return 0.0
-        total = self._lin_time(t) + self._head_time(max(1, prefill_seqs + decode_seqs))
+        """Sum of the profiled op times for one step (seconds), before calibration.
+
+        Decode-only steps replay a CUDA graph captured for the next capture size, as in the step
+        runner: the GEMMs, norms and sampling run at the padded batch. Attention takes the larger
+        of the table at the real batch (the longest real sequence sets the kernel time) and at
+        the padded batch holding the same keys (the padded launch grid sets the waves). Each
+        term is monotone when a sequence of at least the mean context joins, so the max is too.
+        """
+        rows = t = prefill_tokens + decode_seqs
+        if prefill_tokens <= 0:
+            if decode_seqs <= 0:
+                return 0.0
+            if decode_seqs < len(self._pad):
+                rows = t = self._pad[decode_seqs]
+        else:
+            rows = prefill_seqs + decode_seqs
+        total = self._lin_time(t) + self._head_time(rows)
         if decode_seqs > 0:
-            total += self.layers * self._decode_time(decode_seqs, decode_ctx)
+            att = self._decode_time(decode_seqs, decode_ctx)
+            if prefill_tokens <= 0 and t != decode_seqs:
+                padded = self._decode_time(t, decode_ctx)
+                if padded > att:
+                    att = padded
+            total += self.layers * att
         if prefill_tokens > 0:
             total += self.layers * self._prefill_time(prefill_seqs, prefill_tokens, prefill_attn)
         if allreduce and self._ar:
             i, w, _ = _locate(self._ar_tok, t)
-            total += 2 * self.layers * _lerp(self._ar[i], self._ar[i + 1], w)
+            ar = self._ar
+            total += 2 * self.layers * (ar[i] + (ar[i + 1] - ar[i]) * w)
         return total
 
     # ---- the public interface --------------------------------------------------------------
@@ -417,14 +459,18 @@ class ProfileLatencyModel:
         decode_seqs: int,
         decode_ctx: int,
     ) -> float:
-        t = prefill_tokens + decode_seqs
-        if t <= 0:
-            return 0.0
-        ops = self.ops_time(prefill_tokens, prefill_attn, prefill_seqs, decode_seqs, decode_ctx)
-        out = self.base + self.gamma * ops
-        if prefill_tokens > 0:
-            out += self.mixed
-        return out
+        if prefill_tokens <= 0:
+            if decode_seqs <= 0:
+                return 0.0
+            return self.base + self.gamma * self.ops_time(0, 0.0, 0, decode_seqs, decode_ctx)
+        out = (
+            self.base
+            + self.mixed
+            + self.gamma
+            * self.ops_time(prefill_tokens, prefill_attn, prefill_seqs, decode_seqs, decode_ctx)
+        )
+        floor = self.eager_floor_dec if decode_seqs > 0 else self.eager_floor
+        return out if out > floor else floor
 
     # ---- calibration on whole steps --------------------------------------------------------
 
@@ -437,7 +483,10 @@ class ProfileLatencyModel:
             int(r["decode_ctx"]),
             allreduce=bool(r["includes_allreduce"]),
         )
-        return ops, 1.0 if r["prefill_tokens"] > 0 else 0.0
+        mixed = 0.0
+        if r["prefill_tokens"] > 0:
+            mixed = 2.0 if r["decode_seqs"] > 0 else 1.0  # eager; 2 = two attention calls
+        return ops, mixed
 
     def fit(self) -> None:
         """Fit base, mixed, gamma >= 0 on the train steps (relative least squares)."""
@@ -448,17 +497,26 @@ class ProfileLatencyModel:
             self._warn_static("fewer than 3 whole-step measurements: model is not calibrated")
             self.fit_info = {"train_steps": len(train), "calibrated": False}
             return
-        a_rows, y = [], []
-        for r in train:
-            ops, mixed = self._step_features(r)
-            yy = r["median_us"] * 1e-6
-            a_rows.append([1.0 / yy, mixed / yy, ops / yy])
-            y.append(1.0)
-        coef = _nnls(a_rows, y)
+        feats = [(self._step_features(r), r["median_us"] * 1e-6) for r in train]
+        floor, use = 0.0, list(range(len(feats)))
+        for _ in range(2):  # fit the linear terms on steps the floor does not bind, then floor
+            coef = _nnls(
+                [[1.0 / y, min(f[1], 1) / y, f[0] / y] for f, y in (feats[i] for i in use)],
+                [1.0] * len(use),
+            )
+            lin = [coef[0] + coef[1] * min(f[1], 1) + coef[2] * f[0] for f, _ in feats]
+            floor = _best_floor(lin, feats, 1.0)
+            floor_dec = max(floor, _best_floor(lin, feats, 2.0))
+            use = [
+                i
+                for i, (f, _) in enumerate(feats)
+                if not (f[1] and (floor if f[1] == 1 else floor_dec) > lin[i])
+            ]
+            if len(use) < 3:
+                use = list(range(len(feats)))
         self.base, self.mixed, self.gamma = coef
-        if self.gamma <= 0:
-            self.gamma = 1.0
-            self._warn_static("calibration gave gamma=0; using raw op sums")
+        self.eager_floor = floor
+        self.eager_floor_dec = floor_dec
         train_err = self._errors(train)
         self.fit_info = {
             "calibrated": True,
@@ -466,6 +524,8 @@ class ProfileLatencyModel:
             "base_overhead_ms": round(self.base * 1e3, 4),
             "mixed_overhead_ms": round(self.mixed * 1e3, 4),
             "gamma": round(self.gamma, 4),
+            "eager_floor_ms": round(self.eager_floor * 1e3, 3),
+            "eager_floor_with_decode_ms": round(self.eager_floor_dec * 1e3, 3),
             "train_median_abs_err": _q(train_err, 0.5),
             "train_p95_abs_err": _q(train_err, 0.95),
         }
@@ -480,7 +540,11 @@ class ProfileLatencyModel:
     def predict_row(self, r: dict) -> float:
         """Prediction for a steps.csv row (all-reduce left out where the row did not have it)."""
         ops, mixed = self._step_features(r)
-        return self.base + self.mixed * mixed + self.gamma * ops
+        out = self.base + self.mixed * min(mixed, 1) + self.gamma * ops
+        if mixed:
+            floor = self.eager_floor_dec if mixed == 2 else self.eager_floor
+            out = max(out, floor)
+        return out
 
     def describe(self) -> dict:
         meta = self.table.meta
@@ -533,8 +597,11 @@ def heldout_report(model: ProfileLatencyModel, test_rows: list[dict], worst: int
                 "prefill_tokens": int(r["prefill_tokens"]),
                 "prefill_seqs": int(r["prefill_seqs"]),
                 "mean_prefill_ctx": round(
-                    r["prefill_attn"] / r["prefill_tokens"] - (r["prefill_tokens"] / max(1,
-                    r["prefill_seqs"]) + 1) / 2) if r["prefill_tokens"] else 0,
+                    r["prefill_attn"] / r["prefill_tokens"]
+                    - (r["prefill_tokens"] / max(1, r["prefill_seqs"]) + 1) / 2
+                )
+                if r["prefill_tokens"]
+                else 0,
                 "decode_seqs": int(r["decode_seqs"]),
                 "decode_ctx": int(r["decode_ctx"]),
                 "measured_ms": round(r["median_us"] / 1e3, 3),
@@ -544,6 +611,23 @@ def heldout_report(model: ProfileLatencyModel, test_rows: list[dict], worst: int
             for e, r, p in errs[:worst]
         ],
     }
+
+
+def _best_floor(lin: list[float], feats: list, kind: float) -> float:
+    """Eager-step floor (CPU-bound launch time) of one kind of eager step (1: prefill only,
+    2: prefill + decode, two attention calls a layer) minimizing squared relative error."""
+    best, best_err = 0.0, math.inf
+    cands = [0.0] + sorted(y for (f, y) in feats if f[1] == kind)
+    for fl in cands:
+        err = 0.0
+        for p, (f, y) in zip(lin, feats, strict=True):
+            if f[1] != kind:
+                continue
+            q = max(p, fl)
+            err += (q / y - 1.0) ** 2
+        if err < best_err - 1e-12:
+            best, best_err = fl, err
+    return best
 
 
 def _fill_nan(vals: list[float], xs: list[float] | None = None, scale: bool = False):

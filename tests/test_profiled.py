@@ -1,0 +1,370 @@
+"""CPU tests of the profiled step-latency model and the table format (no torch needed)."""
+
+from __future__ import annotations
+
+import csv
+import os
+import sys
+import warnings
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from profiles.table import csv_columns, load_table
+from simulator.errors import ConfigError
+from simulator.latency.base import StepLatencyModel, chunk_attn_pairs
+from simulator.latency.profiled import ProfileLatencyModel, heldout_report
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHIPPED = os.path.join(os.path.dirname(HERE), "profiles", "h200", "llama-3-8b_tp1")
+
+SPEC = SimpleNamespace(name="toy", num_layers=4, hidden_size=1024)
+TOKENS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+BASE_S = 0.4e-3  # the per-step overhead the synthetic steps carry
+
+
+def _write(path, name, rows):
+    with open(os.path.join(path, name), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=csv_columns(name))
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+
+
+def _t(us):
+    return {"median_us": us, "p10_us": us * 0.98, "p90_us": us * 1.02}
+
+
+def gemm_us(t):  # an affine GEMM cost: weights read once + per-token work
+    return 20.0 + 0.01 * t
+
+
+def decode_us(b, k):
+    return 5.0 + 0.002 * k + 0.05 * b
+
+
+def prefill_us(s, c, b):
+    return 5.0 + 1e-6 * s * c * (b + c / 2)
+
+
+def toy_ops_s(T, A, s, B, K):
+    """Exact op sum of the toy table for steps on grid points (no graph padding: B in 2^k)."""
+    L = SPEC.num_layers
+    rows = T + B
+    lin = L * (4 * gemm_us(rows) + 4 * 1.0) + 1.0 + 1.0  # 4 gemms, rmsnorm x2+rotary+silu
+    head = gemm_us(s + B) + 1.0  # lm_head + sampling
+    att = 0.0
+    if B:
+        att += L * decode_us(B, K)
+    if T:
+        c = T // s
+        b = A / T - (c + 1) / 2
+        att += L * prefill_us(s, c, b)
+    return (lin + head + att) * 1e-6
+
+
+STEPS = [  # (T, s, chunk ctx, B, K) chosen on grid points so interpolation is exact
+    (0, 0, 0, 1, 1024),
+    (0, 0, 0, 4, 4096),
+    (0, 0, 0, 16, 16384),
+    (0, 0, 0, 64, 65536),
+    (0, 0, 0, 8, 2048),
+    (0, 0, 0, 32, 8192),
+    (1024, 1, 0, 0, 0),
+    (2048, 1, 1024, 0, 0),
+    (4096, 4, 0, 0, 0),
+    (256, 1, 4096, 0, 0),
+    (4096, 1, 1024, 0, 0),
+    (1024, 4, 1024, 0, 0),
+]
+
+
+def make_table(path, *, model="toy", tp=1, base_s=BASE_S, mixed_s=0.0):
+    os.makedirs(path, exist_ok=True)
+    meta = {
+        "schema_version": 1,
+        "gpu": {"key": "toygpu", "name": "Toy GPU"},
+        "model": {"name": model, "num_layers": SPEC.num_layers, "hidden_size": 1024},
+        "tp": tp,
+        "dtype": "bfloat16",
+        "attention_backend": "synthetic",
+        "date": "2026-01-01",
+    }
+    with open(os.path.join(path, "meta.yaml"), "w") as f:
+        yaml.safe_dump(meta, f)
+    gemm = [
+        {"op": op, "tokens": t, "n": 1, "k": 1, **_t(gemm_us(t))}
+        for op in ("qkv", "o", "gate_up", "down", "lm_head")
+        for t in TOKENS
+    ]
+    _write(path, "gemm.csv", gemm)
+    ew = [
+        {"op": op, "tokens": t, **_t(1.0)}
+        for op in ("rmsnorm", "rotary", "silu_mul", "embed", "sampling")
+        for t in TOKENS
+    ]
+    _write(path, "elementwise.csv", ew)
+    dec = [
+        {"batch": b, "total_ctx": k, "uneven": int(b > 1), "causal": 0, **_t(decode_us(b, k))}
+        for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+        for k in (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+        if k >= b
+    ]
+    _write(path, "attn_decode.csv", dec)
+    pre = [
+        {"seqs": s, "chunk": c, "context_before": b, **_t(prefill_us(s, c, b))}
+        for s in (1, 4, 16)
+        for c in (16, 64, 256, 1024, 2048, 4096)
+        for b in (0, 1024, 4096, 16384)
+    ]
+    _write(path, "attn_prefill.csv", pre)
+    steps = []
+    for i, (T, s, cb, B, K) in enumerate(STEPS):
+        A = s * chunk_attn_pairs(T // s, cb) if T else 0.0
+        y = toy_ops_s(T, A, s, B, K) + base_s + (mixed_s if T else 0.0)
+        steps.append(
+            {
+                "step_id": i,
+                "kind": "mixed" if T else "decode",
+                "cuda_graph": int(not T),
+                "prefill_tokens": T,
+                "prefill_attn": A,
+                "prefill_seqs": s,
+                "decode_seqs": B,
+                "decode_ctx": K,
+                "includes_allreduce": 1,
+                "split": "test" if i % 3 == 0 else "train",
+                **_t(y * 1e6),
+            }
+        )
+    _write(path, "steps.csv", steps)
+    return path
+
+
+@pytest.fixture
+def toy(tmp_path):
+    return make_table(str(tmp_path / "toy_tp1"))
+
+
+def test_fit_recovers_known_overhead_exactly(toy):
+    m = ProfileLatencyModel(toy, SPEC, tp=1)
+    assert isinstance(m, StepLatencyModel)
+    assert m.name == "profile:toygpu/toy_tp1"
+    assert m.base == pytest.approx(BASE_S, rel=1e-3)
+    assert m.gamma == pytest.approx(1.0, rel=1e-4)
+    assert m.mixed == pytest.approx(0.0, abs=1e-7)
+    d = m.describe()
+    assert d["heldout"]["test_steps"] == 4
+    assert d["heldout"]["max_abs_err"] < 1e-3
+    assert d["fit"]["train_steps"] == 8
+
+
+def test_fit_uses_only_train_steps(tmp_path):
+    """Corrupting the held-out steps changes the reported error, never the fit."""
+    path = make_table(str(tmp_path / "toy_tp1"))
+    clean = ProfileLatencyModel(path, SPEC, tp=1)
+    rows = list(csv.DictReader(open(os.path.join(path, "steps.csv"))))
+    for r in rows:
+        if r["split"] == "test":
+            r["median_us"] = str(float(r["median_us"]) * 1.5)
+    _write(path, "steps.csv", rows)
+    dirty = ProfileLatencyModel(path, SPEC, tp=1)
+    assert dirty.base == pytest.approx(clean.base) and dirty.gamma == pytest.approx(clean.gamma)
+    assert dirty.heldout["median_abs_err"] == pytest.approx(1 - 1 / 1.5, rel=1e-2)
+
+
+def test_heldout_report_math(toy):
+    m = ProfileLatencyModel(toy, SPEC, tp=1)
+    row = dict(m.table.rows["steps.csv"][0])
+    pred = m.predict_row(row)
+    row["median_us"] = pred * 1e6 / 1.1  # model 10% high on this step
+    rep = heldout_report(m, [row])
+    assert rep["median_abs_err"] == pytest.approx(0.1, abs=1e-4)
+    assert rep["worst"][0]["rel_err"] == pytest.approx(0.1, abs=1e-4)
+
+
+def test_monotone_in_each_feature(toy):
+    m = ProfileLatencyModel(toy, SPEC, tp=1)
+    base = dict(T=512, A=chunk_attn_pairs(512, 2000), s=1, B=32, K=32 * 1500)
+
+    def st(p):
+        return m.step_time(p["T"], p["A"], p["s"], p["B"], p["K"])
+
+    for feature, bump in (("A", 1.3), ("K", 1.3)):
+        p = dict(base)
+        prev = st(p)
+        for _ in range(6):
+            p[feature] *= bump
+            cur = st(p)
+            assert cur >= prev
+            prev = cur
+    # more prompt tokens in the same chunks; one more chunk; one more decode of mean context
+    prev = st(base)
+    for c in (600, 900, 1500, 3000):
+        cur = m.step_time(c, chunk_attn_pairs(c, 2000), 1, 32, 32 * 1500)
+        assert cur >= prev
+        prev = cur
+    prev = 0.0
+    for s in range(1, 9):
+        cur = m.step_time(512 * s, s * chunk_attn_pairs(512, 2000), s, 32, 32 * 1500)
+        assert cur >= prev
+        prev = cur
+    prev = 0.0
+    for b in range(1, 300, 7):  # decode-only: crosses graph capture sizes
+        cur = m.step_time(0, 0.0, 0, b, b * 1500)
+        assert cur >= prev
+        prev = cur
+    assert m.step_time(0, 0, 0, 0, 0) == 0.0
+
+
+def test_shipped_table_monotone_and_accurate():
+    if not os.path.isdir(SHIPPED):
+        pytest.skip("shipped H200 table not present")
+    spec = SimpleNamespace(name="llama-3-8b", num_layers=32, hidden_size=4096)
+    m = ProfileLatencyModel(SHIPPED, spec, tp=1)
+    prev = 0.0
+    for b in range(1, 257, 3):
+        cur = m.step_time(0, 0.0, 0, b, b * 2000)
+        assert cur >= prev
+        prev = cur
+    prev = 0.0
+    for k in range(1000, 200000, 7000):
+        cur = m.step_time(256, chunk_attn_pairs(256, 0), 1, 64, k)
+        assert cur >= prev
+        prev = cur
+    ho = m.describe()["heldout"]
+    assert ho["median_abs_err"] <= 0.05 and ho["p95_abs_err"] <= 0.10
+    # a Llama-3-8B decode step cannot beat reading 16 GB of weights at 4.8 TB/s
+    assert m.step_time(0, 0, 0, 1, 100) > 3.3e-3
+
+
+def test_warns_once_outside_grid(toy):
+    m = ProfileLatencyModel(toy, SPEC, tp=1)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        a = m.step_time(40000, chunk_attn_pairs(40000, 0), 1, 0, 0)
+        b = m.step_time(50000, chunk_attn_pairs(50000, 0), 1, 0, 0)
+    assert b > a > 0  # extrapolated, still increasing
+    kinds = [str(w.message) for w in rec]
+    assert sum("tokens" in k for k in kinds) == 1
+    assert any("beyond the grid" in w for w in m.describe()["warnings"])
+
+
+def test_allreduce_estimated_and_said(tmp_path):
+    path = make_table(str(tmp_path / "toy_tp2"), tp=2)
+    m = ProfileLatencyModel(path, SPEC, tp=2)
+    assert m.allreduce_source.startswith("estimated")
+    assert any("not measured" in w for w in m.describe()["warnings"])
+    # steps carried all-reduce in the toy table but the model adds it: still fits
+    assert m.step_time(0, 0, 0, 8, 4096) > 0
+
+
+def test_mismatched_model_or_tp_is_config_error(toy):
+    with pytest.raises(ConfigError) as e:
+        ProfileLatencyModel(toy, SimpleNamespace(name="other", num_layers=4), tp=1)
+    assert "meta.yaml" in e.value.where and e.value.key == "model.name"
+    with pytest.raises(ConfigError) as e:
+        ProfileLatencyModel(toy, SPEC, tp=4)
+    assert e.value.key == "tp"
+
+
+@pytest.mark.parametrize(
+    "name,edit,key",
+    [
+        ("gemm.csv", lambda t: t.replace("median_us", "med"), "median_us"),
+        ("attn_decode.csv", lambda t: t.replace("\n1,512,", "\nx,512,", 1), "batch (line 2)"),
+        ("steps.csv", lambda t: t.replace(",train,", ",,", 1), "split"),
+        ("elementwise.csv", lambda t: t.replace(",1.0,", ",-1.0,", 1), "median_us"),
+    ],
+)
+def test_malformed_csv_names_file_and_column(toy, name, edit, key):
+    p = os.path.join(toy, name)
+    with open(p) as f:
+        text = f.read()
+    with open(p, "w") as f:
+        f.write(edit(text))
+    with pytest.raises(ConfigError) as e:
+        load_table(toy)
+    assert e.value.where.endswith(name)
+    assert e.value.key.startswith(key)
+
+
+def test_malformed_meta_names_field(toy):
+    p = os.path.join(toy, "meta.yaml")
+    meta = yaml.safe_load(open(p))
+    meta["schema_version"] = 99
+    yaml.safe_dump(meta, open(p, "w"))
+    with pytest.raises(ConfigError) as e:
+        load_table(toy)
+    assert e.value.key == "schema_version" and e.value.where.endswith("meta.yaml")
+    del meta["tp"]
+    meta["schema_version"] = 1
+    yaml.safe_dump(meta, open(p, "w"))
+    with pytest.raises(ConfigError) as e:
+        load_table(toy)
+    assert e.value.key == "tp"
+
+
+def test_missing_file_is_config_error(toy):
+    os.remove(os.path.join(toy, "attn_prefill.csv"))
+    with pytest.raises(ConfigError) as e:
+        load_table(toy)
+    assert e.value.where.endswith("attn_prefill.csv")
+
+
+def test_cli_report_and_diff(toy, tmp_path, capsys):
+    from profiles.cli import main
+
+    assert main(["report", toy]) == 0
+    out = capsys.readouterr().out
+    assert "held-out" in out and "profile:toygpu/toy_tp1" in out
+    other = make_table(str(tmp_path / "toy_b"))
+    rows = list(csv.DictReader(open(os.path.join(other, "gemm.csv"))))
+    for r in rows:
+        if r["op"] == "down":
+            r["median_us"] = str(float(r["median_us"]) * 1.25)
+    _write(other, "gemm.csv", rows)
+    assert main(["diff", toy, other, "--threshold", "0.1"]) == 0
+    out = capsys.readouterr().out
+    assert "FLAG gemm.csv" in out and "'op': 'down'" in out
+    assert f"{len(TOKENS)} points moved" in out
+    assert main(["report", str(tmp_path / "nope")]) == 2
+
+
+def test_profile_without_torch_is_one_line_error(capsys, monkeypatch, tmp_path):
+    from profiles.cli import main
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError
+    rc = main(["--model", "llama-3-8b", "--tp", "1", "--out", str(tmp_path / "o")])
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "torch" in err[0]
+
+
+def test_importing_never_imports_torch():
+    import subprocess
+
+    code = (
+        "import sys, profiles, profiles.cli, profiles.measure, profiles.torch_model, "
+        "simulator.latency.profiled; print('torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=os.path.dirname(HERE)
+    )
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_step_time_is_fast():
+    import time
+
+    if not os.path.isdir(SHIPPED):
+        pytest.skip("shipped H200 table not present")
+    spec = SimpleNamespace(name="llama-3-8b", num_layers=32, hidden_size=4096)
+    m = ProfileLatencyModel(SHIPPED, spec, tp=1)
+    t0 = time.perf_counter()
+    for i in range(2000):
+        m.step_time(256, chunk_attn_pairs(256, 1000), 1, 64 + i % 64, 90000)
+        m.step_time(0, 0.0, 0, 1 + i % 200, 300000)
+    per_call = (time.perf_counter() - t0) / 4000
+    assert per_call < 50e-6  # generous bound for slow CI machines; ~10 us measured
