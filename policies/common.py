@@ -18,13 +18,13 @@ def grow_decodes(replica, preempt=None) -> bool:
     for req in d.pop_due_growth():
         if req._dset is None:  # preempted as a victim earlier in this loop
             continue
-        while not kv.allocate(req, req.num_computed + 1):
+        while (cap := kv.extend(req)) < 0:
             victim = newest_running(replica)
             preempt(replica, victim)
             if victim is req:
                 break
         else:
-            d.set_capacity(req, kv.capacity(req))
+            d.set_capacity(req, cap)
     return len(d) > 0
 
 

@@ -152,6 +152,7 @@ class ProfileLatencyModel:
         self.name = f"profile:{table.label}"
         self.warnings: list[str] = []
         self._warned: set[str] = set()
+        self._fixed_cache: dict[tuple[int, bool], tuple[float, int]] = {}
         self._pad = [0] + [
             next(c for c in CAPTURE_SIZES if c >= b) for b in range(1, CAPTURE_SIZES[-1] + 1)
         ]
@@ -166,7 +167,16 @@ class ProfileLatencyModel:
         self.eager_floor_dec = 0.0
         self.fit_info: dict = {}
         self.heldout: dict = {}
+        # calibration steps may lie beyond the op grid: note that once in describe(), but do not
+        # raise the per-run "batch beyond the grid" warning on behalf of the table itself
+        self._fitting: set[str] | None = set()
         self.fit()
+        beyond, self._fitting = self._fitting, None
+        if beyond:
+            self._warn_static(
+                "some whole-step calibration measurements lie beyond the op grid "
+                f"({', '.join(sorted(beyond))}); the model extrapolated there"
+            )
 
     # ---- building the op tables ------------------------------------------------------------
 
@@ -329,6 +339,9 @@ class ProfileLatencyModel:
             self.warnings.append(msg)
 
     def _warn_once(self, kind: str, msg: str) -> None:
+        if self._fitting is not None:
+            self._fitting.add(kind)
+            return
         if kind in self._warned:
             return
         self._warned.add(kind)
@@ -425,29 +438,43 @@ class ProfileLatencyModel:
         the padded batch holding the same keys (the padded launch grid sets the waves). Each
         term is monotone when a sequence of at least the mean context joins, so the max is too.
         """
-        rows = t = prefill_tokens + decode_seqs
         if prefill_tokens <= 0:
             if decode_seqs <= 0:
                 return 0.0
-            if decode_seqs < len(self._pad):
-                rows = t = self._pad[decode_seqs]
-        else:
-            rows = prefill_seqs + decode_seqs
-        total = self._lin_time(t) + self._head_time(rows)
-        if decode_seqs > 0:
+            fixed, t = self._decode_fixed(decode_seqs, allreduce)
             att = self._decode_time(decode_seqs, decode_ctx)
-            if prefill_tokens <= 0 and t != decode_seqs:
+            if t != decode_seqs:
                 padded = self._decode_time(t, decode_ctx)
                 if padded > att:
                     att = padded
-            total += self.layers * att
-        if prefill_tokens > 0:
-            total += self.layers * self._prefill_time(prefill_seqs, prefill_tokens, prefill_attn)
+            return fixed + self.layers * att
+        t = prefill_tokens + decode_seqs
+        total = self._lin_time(t) + self._head_time(prefill_seqs + decode_seqs)
+        if decode_seqs > 0:
+            total += self.layers * self._decode_time(decode_seqs, decode_ctx)
+        total += self.layers * self._prefill_time(prefill_seqs, prefill_tokens, prefill_attn)
         if allreduce and self._ar:
-            i, w, _ = _locate(self._ar_tok, t)
-            ar = self._ar
-            total += 2 * self.layers * (ar[i] + (ar[i + 1] - ar[i]) * w)
+            total += self._allreduce_time(t)
         return total
+
+    def _allreduce_time(self, t: float) -> float:
+        i, w, _ = _locate(self._ar_tok, t)
+        ar = self._ar
+        return 2 * self.layers * (ar[i] + (ar[i + 1] - ar[i]) * w)
+
+    def _decode_fixed(self, n: int, allreduce: bool) -> tuple[float, int]:
+        """Context-independent time of a decode-only step of ``n`` sequences, and the padded
+        batch its CUDA graph runs at. Memoized per ``n``: the decode hot path calls this once
+        per simulated step."""
+        key = (n, allreduce)
+        hit = self._fixed_cache.get(key)
+        if hit is None:
+            t = self._pad[n] if n < len(self._pad) else n
+            fixed = self._lin_time(t) + self._head_time(t)
+            if allreduce and self._ar:
+                fixed += self._allreduce_time(t)
+            hit = self._fixed_cache[key] = (fixed, t)
+        return hit
 
     # ---- the public interface --------------------------------------------------------------
 
