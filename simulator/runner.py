@@ -51,7 +51,9 @@ class Built:
     price_per_gpu_hour: float
     horizon_s: float | None
     coalesce: bool
-    make_replicas: object  # callable(env, cluster) -> list[Replica]
+    #: callable(env, cluster, executor_factory=None) -> list[Replica]; ``executor_factory(latency,
+    #: replica_index) -> StepExecutor`` replaces SimulatedExecutor (profiles/real_executor.py)
+    make_replicas: object
     router: object
     resolved: dict = field(default_factory=dict)
 
@@ -137,19 +139,24 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
     slo_sec.done()
     top.section("output", {}).done()
 
-    def make_replicas(env, cluster):
+    def make_replicas(env, cluster, executor_factory=None):
         # a fresh copy of the policy stream each run, so a Built simulates identically twice
         policy_streams = np.random.SeedSequence(
             policy_seed.entropy, spawn_key=policy_seed.spawn_key
         )
         if disagg is not None:
+            if executor_factory is not None:
+                raise ConfigError(where, "cluster.mode", "executor_factory needs mode colocated")
             return disagg.make_replicas(env, cluster, latency, coalesce, policy_streams)
         reps = []
         for i in range(num_replicas):
             rng = np.random.default_rng(policy_streams.spawn(1)[0])
+            executor = (
+                SimulatedExecutor(latency) if executor_factory is None
+                else executor_factory(latency, i)
+            )  # fmt: skip
             rep = Replica(
-                env, i, main.make_policy(rng), main.make_kv(), SimulatedExecutor(latency),
-                coalesce=coalesce,
+                env, i, main.make_policy(rng), main.make_kv(), executor, coalesce=coalesce,
             )  # fmt: skip
             cluster.add_replica(rep)
             reps.append(rep)
@@ -183,12 +190,17 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
     )  # fmt: skip
 
 
-def simulate(built: Built) -> Results:
-    """Run one built experiment to completion (or to its horizon)."""
+def simulate(built: Built, executor_factory=None) -> Results:
+    """Run one built experiment to completion (or to its horizon).
+
+    ``executor_factory(latency, replica_index) -> StepExecutor`` (default: SimulatedExecutor of
+    the built latency model) lets the same run execute its steps elsewhere, e.g. on a real GPU
+    (profiles/real_executor.py); policies, arrivals and metrics are unchanged.
+    """
     t0 = time.perf_counter()
     env = simpy.Environment()
     cluster = Cluster(env, built.workload.requests, built.router)
-    replicas = built.make_replicas(env, cluster)
+    replicas = built.make_replicas(env, cluster, executor_factory)
     cluster.start()
     if built.horizon_s is not None:
         env.run(until=built.horizon_s)

@@ -1,0 +1,306 @@
+"""``servesim validate FILE.yaml``: run one experiment simulated and on a real GPU, and compare.
+
+Why: the simulator is only as useful as its distance from reality is known. This runs the same
+config twice with the same arrivals, policy and KV allocator:
+
+* simulated: step times from the shipped profiled table (``latency.model: auto``; the file's own
+  ``latency`` section is replaced, so the comparison is always against the shipped table);
+* real: every step executed on the GPU by `profiles.real_executor.RealGPUExecutor`, whose
+  measured time (GPU + per-step host work, see that module) advances the clock.
+
+and writes ``report.md`` + ``report.json`` (+ ``real.json.gz``, the real run's summary and
+per-step records, from which the report can be rebuilt on a machine without a GPU:
+``--real-json``). The report has, per metric (TTFT/TPOT/ITL/E2E p50/p95/p99, throughput), the
+simulated value, the real value and the relative error ``sim / real - 1``; and per step, the
+table's prediction for the real step's batch composition against the measured time (median and
+p95 absolute relative error, by step kind, and the compositions with the largest errors).
+
+Invariant: the table is never fitted or adjusted here; predictions come from the table as
+shipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gzip
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+from profiles.real_executor import RECORD_FIELDS
+from simulator.config import TOOLING_KEYS, apply_overrides, load_yaml
+from simulator.errors import ConfigError
+
+#: (summary section, statistic) pairs compared between simulation and reality
+METRICS = tuple(
+    (sec, st) for sec in ("ttft_s", "tpot_s", "itl_s", "e2e_s") for st in ("p50", "p95", "p99")
+) + (("throughput", "requests_per_s"), ("throughput", "output_tokens_per_s"))
+
+
+def prepare(path: str, overrides: list[str] | None = None) -> tuple[dict, str, Path]:
+    """The config validated: tooling keys dropped, latency forced to the shipped table."""
+    cfg = apply_overrides(load_yaml(path), overrides or [])
+    for key in TOOLING_KEYS:
+        cfg.pop(key, None)
+    cfg["latency"] = {"model": "auto"}
+    return cfg, str(path), Path(path).resolve().parent
+
+
+def run_sim(cfg: dict, where: str, base_dir: Path):
+    from simulator.runner import build, simulate
+
+    built = build(copy.deepcopy(cfg), where, base_dir)
+    return simulate(built).summary, built.latency
+
+
+def run_real(cfg, where, base_dir, runner=None, time_mode: str = "wall") -> dict:
+    """Run on the GPU; returns the real run's summary, per-step records and executor info."""
+    from profiles.real_executor import RealGPUExecutor
+    from simulator.runner import build, simulate
+
+    cfg = copy.deepcopy(cfg)
+    cfg["latency"] = {"model": "roofline"}  # unused on the GPU; the table is read at report time
+    built = build(cfg, where, base_dir)
+    kv = built.resolved["kv_cache"]
+    executors = []
+
+    def factory(latency, index):
+        nonlocal runner
+        ex = RealGPUExecutor(
+            built.model, built.tp, kv["num_blocks"], kv["block_size"], runner=runner,
+            time_mode=time_mode,
+        )  # fmt: skip
+        runner = ex.runner
+        if not executors:
+            ex.warmup()
+        executors.append(ex)
+        return ex
+
+    res = simulate(built, executor_factory=factory)
+    recs = [r for ex in executors for r in ex.records]
+    cols = {f: [r[i] for r in recs] for i, f in enumerate(RECORD_FIELDS) if f != "predicted_s"}
+    return {
+        "name": built.name,
+        "summary": res.summary,
+        "resolved": built.resolved,
+        "executor": executors[0].describe(),
+        "records": cols,
+        "wall_s": res.wall_s,
+        "runner": runner,
+    }
+
+
+def _q(xs: list[float], q: float) -> float:
+    if not xs:
+        return math.nan
+    s = sorted(xs)
+    pos = q * (len(s) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def _rel(sim: float, real: float) -> float:
+    return sim / real - 1.0 if real else math.nan
+
+
+def compare_metrics(sim: dict, real: dict) -> list[dict]:
+    rows = []
+    for sec, st in METRICS:
+        s, r = sim[sec][st], real[sec][st]
+        if s is None or r is None:
+            continue
+        rows.append({"metric": f"{sec}.{st}", "sim": s, "real": r, "rel_err": _rel(s, r)})
+    return rows
+
+
+def step_errors(records: dict, latency, worst: int = 8) -> dict:
+    """Table prediction vs measured time on the real run's own steps."""
+    n = len(records["wall_s"])
+    feats = [
+        tuple(records[k][i] for k in RECORD_FIELDS[:5]) for i in range(n)
+    ]  # (pt, pa, ps, ds, dctx)
+    pred = [latency.step_time(*f) for f in feats]
+    out: dict = {"num_steps": n}
+    for basis in ("wall_s", "gpu_s"):
+        meas = records[basis]
+        rel = [p / m - 1.0 for p, m in zip(pred, meas, strict=True)]
+        kinds = {
+            "decode_only": [i for i in range(n) if feats[i][0] == 0],
+            "with_prefill": [i for i in range(n) if feats[i][0] > 0],
+        }
+        stats = {
+            "median_abs_rel": _q([abs(x) for x in rel], 0.5),
+            "p95_abs_rel": _q([abs(x) for x in rel], 0.95),
+            "median_rel": _q(rel, 0.5),
+            "total_time_rel": sum(pred) / sum(meas) - 1.0 if n else math.nan,
+            "by_kind": {
+                k: {
+                    "steps": len(ix),
+                    "median_abs_rel": _q([abs(rel[i]) for i in ix], 0.5),
+                    "median_rel": _q([rel[i] for i in ix], 0.5),
+                    "time_share": sum(meas[i] for i in ix) / sum(meas) if n else math.nan,
+                }
+                for k, ix in kinds.items()
+            },
+        }
+        out[basis.removesuffix("_s")] = stats
+    rel = [p / m - 1.0 for p, m in zip(pred, records["wall_s"], strict=True)]
+    order = sorted(range(n), key=lambda i: -abs(rel[i]))[:worst]
+    out["worst"] = [
+        {
+            **{k: records[k][i] for k in RECORD_FIELDS if k != "predicted_s"},
+            "predicted_s": pred[i],
+            "rel_err": rel[i],
+        }
+        for i in order
+    ]
+    host = [w - g for w, g in zip(records["wall_s"], records["gpu_s"], strict=True)]
+    out["host_ms"] = {"median": _q(host, 0.5) * 1e3, "p95": _q(host, 0.95) * 1e3}
+    return out
+
+
+def build_report(name: str, sim: dict, real: dict, latency) -> dict:
+    metrics = compare_metrics(sim, real["summary"])
+    lm = dict(latency.describe())
+    if lm.get("table"):
+        root = Path(__file__).resolve().parents[1]
+        lm["table"] = os.path.relpath(Path(lm["table"]).resolve(), root)
+    errs = [abs(r["rel_err"]) for r in metrics if not math.isnan(r["rel_err"])]
+    return {
+        "name": name,
+        "latency_model": lm,
+        "executor": real["executor"],
+        "metrics": metrics,
+        "median_abs_rel_err": _q(errs, 0.5),
+        "max_abs_rel_err": max(errs, default=math.nan),
+        "steps": step_errors(real["records"], latency),
+        "sim_summary": _trim(sim),
+        "real_summary": _trim(real["summary"]),
+    }
+
+
+def _trim(s: dict) -> dict:
+    keys = ("requests", "duration_s", "ttft_s", "tpot_s", "itl_s", "e2e_s", "throughput",
+            "utilization", "preemption")  # fmt: skip
+    return {k: s[k] for k in keys if k in s}
+
+
+def _pct(x: float) -> str:
+    return "n/a" if x is None or math.isnan(x) else f"{100 * x:+.1f}%"
+
+
+def _fmt(metric: str, v: float) -> str:
+    return f"{v:.2f}" if metric.startswith("throughput") else f"{1e3 * v:.1f} ms"
+
+
+def render_markdown(rep: dict) -> str:
+    st = rep["steps"]
+    lm = rep["latency_model"]
+    ex = rep["executor"]
+    lines = [
+        f"# Validation: {rep['name']}",
+        "",
+        f"Simulated with `{lm.get('table', lm.get('name'))}` (torch {lm.get('torch')}); real run "
+        f"on the GPU with StepRunner ({ex['kv_layout']} KV layout, time = {ex['time_mode']}: "
+        "GPU + per-step host work). Relative error = sim / real - 1.",
+        "",
+        "| metric | sim | real | rel. error |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for r in rep["metrics"]:
+        m = r["metric"]
+        lines.append(f"| {m} | {_fmt(m, r['sim'])} | {_fmt(m, r['real'])} | {_pct(r['rel_err'])} |")
+    lines += [
+        "",
+        f"Median |error| over these metrics: {_pct(rep['median_abs_rel_err'])}; "
+        f"max: {_pct(rep['max_abs_rel_err'])}.",
+        "",
+        f"## Per step ({st['num_steps']} steps of the real run; prediction for each real batch)",
+        "",
+        "| measured as | median abs. rel. | p95 abs. rel. | median signed | total time |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for basis in ("wall", "gpu"):
+        b = st[basis]
+        lines.append(
+            f"| {basis} | {_pct(b['median_abs_rel'])} | {_pct(b['p95_abs_rel'])} | "
+            f"{_pct(b['median_rel'])} | {_pct(b['total_time_rel'])} |"
+        )
+    lines += ["", "| step kind (wall) | steps | share of time | median abs. rel. | median signed |",
+              "| --- | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for k, b in st["wall"]["by_kind"].items():
+        lines.append(
+            f"| {k} | {b['steps']} | {_pct(b['time_share'])} | {_pct(b['median_abs_rel'])} | "
+            f"{_pct(b['median_rel'])} |"
+        )
+    lines += [
+        "",
+        f"Host work per step (wall - GPU): median {st['host_ms']['median']:.2f} ms, "
+        f"p95 {st['host_ms']['p95']:.2f} ms.",
+        "",
+        "Largest errors (wall):",
+        "",
+        "| prefill tok | prefill seqs | decode seqs | decode ctx | max ctx | predicted | GPU "
+        "| wall | error |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for w in st["worst"]:
+        lines.append(
+            f"| {w['prefill_tokens']} | {w['prefill_seqs']} | {w['decode_seqs']} | "
+            f"{w['decode_ctx']} | {w['max_decode_ctx']} | {1e3 * w['predicted_s']:.2f} ms | "
+            f"{1e3 * w['gpu_s']:.2f} ms | {1e3 * w['wall_s']:.2f} ms | {_pct(w['rel_err'])} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def save_real(real: dict, path: Path) -> None:
+    keep = {k: v for k, v in real.items() if k != "runner"}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as f:
+        json.dump(keep, f, default=str)
+
+
+def load_real(path: Path) -> dict:
+    with gzip.open(path, "rt") as f:
+        return json.load(f)
+
+
+def write_report(rep: dict, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(rep, indent=1, default=str) + "\n")
+    (out / "report.md").write_text(render_markdown(rep))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="servesim validate", description=__doc__.splitlines()[0])
+    p.add_argument("config", help="experiment YAML (one run; sweep/seeds keys are ignored)")
+    p.add_argument("--out", help="report folder (default results/validate/<name>)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
+    p.add_argument("--time-mode", choices=["wall", "gpu"], default="wall")
+    p.add_argument("--real-json", help="reuse a saved real run (real.json.gz): no GPU needed")
+    p.add_argument("--real-only", action="store_true", help="run on the GPU, save, no report")
+    args = p.parse_args(argv)
+    try:
+        cfg, where, base = prepare(args.config, args.set)
+        name = cfg.get("name", Path(args.config).stem)
+        out = Path(args.out or Path("results") / "validate" / str(name))
+        if args.real_json:
+            real = load_real(Path(args.real_json))
+        else:
+            real = run_real(cfg, where, base, time_mode=args.time_mode)
+            save_real(real, out / "real.json.gz")
+        if args.real_only:
+            print(f"real run saved to {out / 'real.json.gz'}")
+            return 0
+        sim, latency = run_sim(cfg, where, base)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    rep = build_report(str(name), sim, real, latency)
+    write_report(rep, out)
+    print(render_markdown(rep))
+    return 0
