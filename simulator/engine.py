@@ -1,0 +1,128 @@
+"""One kind of replica, resolved from config: its policy and its KV allocator.
+
+`EngineSpec.parse` reads a ``scheduler`` section (policy name + that policy's own parameters,
+validated by the policy) and a ``kv_cache`` section (allocator, block size, capacity, reserve
+mode, prefix caching) once; ``make_policy()`` and ``make_kv()`` then build a fresh instance per
+replica. Colocated clusters have one EngineSpec; P/D disaggregation has one per pool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from policies import POLICIES
+from simulator.cfg import Section
+from simulator.hardware import kv_capacity_blocks
+from simulator.kv.contiguous import RESERVE_MODES, ContiguousAllocator
+from simulator.kv.paged import PagedAllocator
+from simulator.kv.prefix import PrefixCachingAllocator
+
+
+@dataclass
+class EngineSpec:
+    """One kind of replica: its policy (from a ``scheduler`` section) and KV allocator (from a
+    ``kv_cache`` section), resolved once and instantiated per replica.
+
+    ``kv_cache`` keys: ``allocator`` (paged | contiguous), ``block_size`` (16),
+    ``gpu_memory_utilization`` (0.9) or ``num_blocks``, ``reserve`` (contiguous only:
+    max_model_len | prompt_plus_output), ``prefix_caching`` (paged only: false | true |
+    ``{shared_prefix_tokens: N, hash_block_tokens: 512}``).
+    """
+
+    policy_cls: type
+    sched: Section
+    engine: dict
+    num_blocks: int
+    block_size: int
+    make_kv: object
+    resolved_scheduler: dict
+    resolved_kv: dict
+
+    @classmethod
+    def parse(cls, sched: Section, kvs: Section, model, gpu, tp: int, where: str) -> EngineSpec:
+        policy_name = sched.str("policy", choices=sorted(POLICIES))
+        policy_cls = POLICIES[policy_name]
+        allocator = kvs.str("allocator", "paged", choices=["paged", "contiguous"])
+        block_size = kvs.int("block_size", 16, min=1)
+        util = kvs.num("gpu_memory_utilization", 0.9, min=0, max=1, strict_min=True)
+        num_blocks = kvs.int("num_blocks", None, min=1)
+        if num_blocks is None:
+            num_blocks = kv_capacity_blocks(
+                model, gpu, tp, block_size, util, where=where,
+                key=kvs.key("gpu_memory_utilization"),
+            )  # fmt: skip
+        reserve = kvs.str("reserve", None, choices=RESERVE_MODES)
+        if allocator == "contiguous" and reserve is None:
+            raise kvs.error("reserve", f"the contiguous allocator needs one of {RESERVE_MODES}")
+        if allocator != "contiguous" and reserve is not None:
+            raise kvs.error("reserve", "only used with allocator: contiguous")
+        prefix = kvs.raw("prefix_caching", False)
+        shared = hash_block = 0
+        if prefix is not False:
+            if allocator != "paged":
+                raise kvs.error("prefix_caching", "only the paged allocator caches prefixes")
+            if prefix is True:
+                prefix = {}
+            psec = Section(prefix, where, kvs.key("prefix_caching"))
+            shared = psec.int("shared_prefix_tokens", 0, min=0)
+            hash_block = psec.int("hash_block_tokens", 512, min=1)
+            psec.done()
+            if hash_block % block_size:
+                raise kvs.error(
+                    "block_size", f"must divide prefix_caching.hash_block_tokens {hash_block}"
+                )
+        max_len = model.max_model_len
+
+        def make_kv():
+            if allocator == "contiguous":
+                return ContiguousAllocator(num_blocks, block_size, reserve, max_len)
+            if prefix is not False:
+                return PrefixCachingAllocator(
+                    num_blocks, block_size, shared_prefix_tokens=shared,
+                    hash_block_tokens=hash_block,
+                )  # fmt: skip
+            return PagedAllocator(num_blocks, block_size)
+
+        engine = {
+            "max_model_len": max_len,
+            "block_size": block_size,
+            "num_blocks": num_blocks,
+            "kv_bytes_per_token_per_gpu": model.kv_bytes_per_token_per_gpu(tp),
+            "model": model,
+        }
+        probe = make_policy(policy_cls, sched, engine)
+        mark_all_used(sched)
+        resolved_kv = {
+            "allocator": allocator,
+            "block_size": block_size,
+            "gpu_memory_utilization": util,
+            "num_blocks": num_blocks,
+            "reserve": reserve,
+            "prefix_caching": (
+                False if prefix is False
+                else {"shared_prefix_tokens": shared, "hash_block_tokens": hash_block}
+            ),
+        }  # fmt: skip
+        return cls(
+            policy_cls, sched, engine, num_blocks, block_size, make_kv,
+            {"policy": policy_name, **probe.params()}, resolved_kv,
+        )  # fmt: skip
+
+    def make_policy(self, rng=None):
+        engine = dict(self.engine, rng=rng) if rng is not None else self.engine
+        return make_policy(self.policy_cls, self.sched, engine)
+
+
+def make_policy(policy_cls, sched: Section, engine: dict):
+    """Build a policy from the ``scheduler`` section; its unknown keys are errors."""
+    sec = Section(sched.data, sched.where, sched.path)
+    sec.raw("policy")
+    policy = policy_cls(sec, engine)
+    sec.done()
+    return policy
+
+
+def mark_all_used(sec: Section) -> None:
+    # the section was validated by its owner (policy/router) on a separate Section view
+    for k in sec.data:
+        sec._used.add(k)
