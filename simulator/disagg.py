@@ -73,7 +73,7 @@ class _Held:
 
 @dataclass
 class DisaggSpec:
-    prefill: object  # runner.EngineSpec
+    prefill: object  # engine.EngineSpec
     decode: object
     prefill_replicas: int
     decode_replicas: int
@@ -83,9 +83,9 @@ class DisaggSpec:
 
     @classmethod
     def parse(cls, cl: Section, top_sched, kvs: Section, model, gpu, tp, where) -> DisaggSpec:
-        from simulator.runner import EngineSpec, _mark_all_used
+        from simulator.engine import EngineSpec, mark_all_used
 
-        _mark_all_used(kvs)  # validated below, through each pool's merged view
+        mark_all_used(kvs)  # validated below, through each pool's merged view
         base_kv = {k: v for k, v in kvs.data.items() if k != "on_oversize"}
         pools = {}
         for pool in ("prefill", "decode"):
@@ -98,7 +98,7 @@ class DisaggSpec:
             kv_over = psec.section("kv_cache", {})
             kv_path = psec.key("kv_cache") if psec.has("kv_cache") else kvs.path
             kv_sec = Section({**base_kv, **kv_over.data}, where, kv_path)
-            _mark_all_used(kv_over)
+            mark_all_used(kv_over)
             spec = EngineSpec.parse(sched, kv_sec, model, gpu, tp, where)
             kv_sec.done()
             psec.done()

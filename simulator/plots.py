@@ -23,7 +23,7 @@ import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import Formatter, FuncFormatter
 from scipy import stats
 
 from simulator.collect import describe_setup, load_config, load_index, seed_runs
@@ -31,7 +31,19 @@ from simulator.errors import ConfigError
 from simulator.sweeprun import INDEX_METRICS
 
 _PLAIN = FuncFormatter(lambda v, _: f"{v:g}")
-_PLAIN_MINOR = FuncFormatter(lambda v, _: f"{v:g}" if str(f"{v:g}")[0] in "25" else "")
+
+
+class _MinorLog(Formatter):
+    """Minor log ticks: label 2x and 5x, or every tick when the view spans < 4x (else a narrow
+    axis shows no number at all)."""
+
+    def __call__(self, v, pos=None):
+        lo, hi = sorted(self.axis.get_view_interval()) if self.axis else (1.0, 10.0)
+        if (lo > 0 and hi / lo < 4) or f"{v:g}"[0] in "25":
+            return f"{v:g}"
+        return ""
+
+
 RATE_KEYS = ("workload.arrival.rate_per_s", "workload.arrival.rate_scale")
 X_LABELS = {
     "workload.arrival.rate_per_s": "arrival rate (requests/s)",
@@ -179,7 +191,7 @@ def _plot_lines(ax, sweep: Sweep, metric: str, scale: float = 1.0, log: bool = F
     if log:
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(_PLAIN)
-        ax.yaxis.set_minor_formatter(_PLAIN_MINOR)
+        ax.yaxis.set_minor_formatter(_MinorLog())
 
 
 def _slo(sweep: Sweep, key: str):
@@ -219,7 +231,7 @@ def _goodput(sweep: Sweep, title: str) -> Figure:
     ttft, tpot = _slo(sweep, "ttft_ms"), _slo(sweep, "tpot_ms")
     slo = ", ".join(f"{n} <= {v:g} ms" for n, v in (("TTFT", ttft), ("TPOT", tpot)) if v)
     a1.legend(fontsize=8, title=_band_note(sweep), title_fontsize=8)
-    fig.suptitle(f"goodput vs {sweep.x_what} (SLO: {slo or 'none set'}) - {title}", fontsize=10)
+    fig.suptitle(f"goodput vs {sweep.x_what} (SLO: {slo or 'none set'})\n{title}", fontsize=10)
     return fig
 
 
@@ -269,7 +281,7 @@ def _timeseries(run: Path, title: str, bins: int = 400) -> Figure:
     if len(replicas) > 1:
         a1.legend(fontsize=8, ncol=4)
     fig.suptitle(f"{Path(run).parent.name}/{Path(run).name} over time (time-weighted means of "
-                 f"{bins} bins) - {title}", fontsize=9)  # fmt: skip
+                 f"{bins} bins)\n{title}", fontsize=9)  # fmt: skip
     return fig
 
 

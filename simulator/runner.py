@@ -16,18 +16,15 @@ from pathlib import Path
 import numpy as np
 import simpy
 
-from policies import POLICIES
 from policies.routing import ROUTERS
 from simulator import latency as _latency  # noqa: F401  (package init)
 from simulator.cfg import Section
 from simulator.cluster import Cluster
 from simulator.config import TOP_LEVEL
+from simulator.engine import EngineSpec, mark_all_used
 from simulator.errors import ConfigError
 from simulator.executor import SimulatedExecutor
-from simulator.hardware import GPUSpec, kv_capacity_blocks, load_gpu
-from simulator.kv.contiguous import RESERVE_MODES, ContiguousAllocator
-from simulator.kv.paged import PagedAllocator
-from simulator.kv.prefix import PrefixCachingAllocator
+from simulator.hardware import GPUSpec, load_gpu
 from simulator.latency.select import build_latency
 from simulator.metrics import request_table, step_arrays, summarize
 from simulator.models import ModelSpec, load_model
@@ -109,7 +106,7 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
     rview.raw("name")
     router = ROUTERS[router_name](rview)
     rview.done()
-    _mark_all_used(rsec)
+    mark_all_used(rsec)
     disagg = None
     if mode == "disaggregated":
         from simulator.disagg import DisaggSpec
@@ -267,101 +264,6 @@ def _check_fits(workload, max_model_len, capacity_tokens, on_oversize, where) ->
             )
 
 
-@dataclass
-class EngineSpec:
-    """One kind of replica: its policy (from a ``scheduler`` section) and KV allocator (from a
-    ``kv_cache`` section), resolved once and instantiated per replica.
-
-    ``kv_cache`` keys: ``allocator`` (paged | contiguous), ``block_size`` (16),
-    ``gpu_memory_utilization`` (0.9) or ``num_blocks``, ``reserve`` (contiguous only:
-    max_model_len | prompt_plus_output), ``prefix_caching`` (paged only: false | true |
-    ``{shared_prefix_tokens: N, hash_block_tokens: 512}``).
-    """
-
-    policy_cls: type
-    sched: Section
-    engine: dict
-    num_blocks: int
-    block_size: int
-    make_kv: object
-    resolved_scheduler: dict
-    resolved_kv: dict
-
-    @classmethod
-    def parse(cls, sched: Section, kvs: Section, model, gpu, tp: int, where: str) -> EngineSpec:
-        policy_name = sched.str("policy", choices=sorted(POLICIES))
-        policy_cls = POLICIES[policy_name]
-        allocator = kvs.str("allocator", "paged", choices=["paged", "contiguous"])
-        block_size = kvs.int("block_size", 16, min=1)
-        util = kvs.num("gpu_memory_utilization", 0.9, min=0, max=1, strict_min=True)
-        num_blocks = kvs.int("num_blocks", None, min=1)
-        if num_blocks is None:
-            num_blocks = kv_capacity_blocks(
-                model, gpu, tp, block_size, util, where=where,
-                key=kvs.key("gpu_memory_utilization"),
-            )  # fmt: skip
-        reserve = kvs.str("reserve", None, choices=RESERVE_MODES)
-        if allocator == "contiguous" and reserve is None:
-            raise kvs.error("reserve", f"the contiguous allocator needs one of {RESERVE_MODES}")
-        if allocator != "contiguous" and reserve is not None:
-            raise kvs.error("reserve", "only used with allocator: contiguous")
-        prefix = kvs.raw("prefix_caching", False)
-        shared = hash_block = 0
-        if prefix is not False:
-            if allocator != "paged":
-                raise kvs.error("prefix_caching", "only the paged allocator caches prefixes")
-            if prefix is True:
-                prefix = {}
-            psec = Section(prefix, where, kvs.key("prefix_caching"))
-            shared = psec.int("shared_prefix_tokens", 0, min=0)
-            hash_block = psec.int("hash_block_tokens", 512, min=1)
-            psec.done()
-            if hash_block % block_size:
-                raise kvs.error(
-                    "block_size", f"must divide prefix_caching.hash_block_tokens {hash_block}"
-                )
-        max_len = model.max_model_len
-
-        def make_kv():
-            if allocator == "contiguous":
-                return ContiguousAllocator(num_blocks, block_size, reserve, max_len)
-            if prefix is not False:
-                return PrefixCachingAllocator(
-                    num_blocks, block_size, shared_prefix_tokens=shared,
-                    hash_block_tokens=hash_block,
-                )  # fmt: skip
-            return PagedAllocator(num_blocks, block_size)
-
-        engine = {
-            "max_model_len": max_len,
-            "block_size": block_size,
-            "num_blocks": num_blocks,
-            "kv_bytes_per_token_per_gpu": model.kv_bytes_per_token_per_gpu(tp),
-            "model": model,
-        }
-        probe = make_policy(policy_cls, sched, engine)
-        _mark_all_used(sched)
-        resolved_kv = {
-            "allocator": allocator,
-            "block_size": block_size,
-            "gpu_memory_utilization": util,
-            "num_blocks": num_blocks,
-            "reserve": reserve,
-            "prefix_caching": (
-                False if prefix is False
-                else {"shared_prefix_tokens": shared, "hash_block_tokens": hash_block}
-            ),
-        }  # fmt: skip
-        return cls(
-            policy_cls, sched, engine, num_blocks, block_size, make_kv,
-            {"policy": policy_name, **probe.params()}, resolved_kv,
-        )  # fmt: skip
-
-    def make_policy(self, rng=None):
-        engine = dict(self.engine, rng=rng) if rng is not None else self.engine
-        return make_policy(self.policy_cls, self.sched, engine)
-
-
 def policy_summary(replicas) -> dict:
     """Preemption, prefix-cache and speculative counters summed over replicas."""
     out: dict = {}
@@ -387,21 +289,6 @@ def policy_summary(replicas) -> dict:
         )
         out["speculative"] = tot
     return out
-
-
-def make_policy(policy_cls, sched: Section, engine: dict):
-    """Build a policy from the ``scheduler`` section; its unknown keys are errors."""
-    sec = Section(sched.data, sched.where, sched.path)
-    sec.raw("policy")
-    policy = policy_cls(sec, engine)
-    sec.done()
-    return policy
-
-
-def _mark_all_used(sec: Section) -> None:
-    # the section was validated by its owner (policy/router) on a separate Section view
-    for k in sec.data:
-        sec._used.add(k)
 
 
 def _ms(v):

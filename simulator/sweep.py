@@ -133,6 +133,7 @@ def run_task(task: Task) -> dict:
 
     out = Path(task.write_dir) / task.point.folder if task.write_dir else None
     rec = {"folder": task.point.folder, "status": "failed", "hash": None, "error": None}
+    built = None
     try:
         built = build(task.config, task.where, Path(task.base_dir), seed=task.point.seed)
         rec["hash"] = config_hash(built.resolved)
@@ -149,7 +150,8 @@ def run_task(task: Task) -> dict:
     except Exception as e:  # a bug or a policy error in one point must not stop the sweep
         rec["error"] = f"{type(e).__name__}: {e}"
         rec["trace"] = traceback.format_exc()
-        rec["config"] = {"as_given": task.config}
+        # returned to the caller: the resolved config, as a local run leaves in config.yaml
+        rec["config"] = built.resolved if out is None and built else {"as_given": task.config}
     else:
         rec["status"] = "done"
         rec["summary"] = results.summary

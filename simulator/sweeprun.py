@@ -14,6 +14,7 @@ dotted name) and the headline metrics of `simulator.collect.headline`.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -88,11 +89,13 @@ def run_sweep(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     remote = backend == "ray" and address is not None
+    # Ray workers need not share this process's working directory
+    task_base = str(Path(base_dir).resolve()) if backend == "ray" else str(base_dir)
     tasks = [
         Task(
             point_config(base, p, where),
             where,
-            str(base_dir),
+            task_base,
             p,
             read_done_hash(out / p.folder),
             None if remote else str(out.resolve()),
@@ -103,7 +106,7 @@ def run_sweep(
     rows: dict[str, dict] = {}
     for rec in _execute(tasks, jobs, backend, address):
         point = next(t.point for t in tasks if t.point.folder == rec["folder"])
-        if remote:
+        if remote or rec.get("lost"):
             _write_returned(out, point, rec)
         rows[rec["folder"]] = _row(out, point, rec)
         bar.update(rec["status"])
@@ -126,7 +129,24 @@ def _execute(tasks: list[Task], jobs: int, backend: str, address: str | None):
                 yield f.result()
 
 
+RAY_OBJECT_STORE_BYTES = 256 * 1024**2  # a local instance's object store (results are small)
+
+
 def _ray_map(tasks: list[Task], jobs: int, address: str | None):
+    """Run ``tasks`` on Ray, yielding records as they finish.
+
+    An already initialised Ray (``ray.init`` by the caller) is used as is and left running.
+    Otherwise a local instance (``address`` None: ``jobs`` CPUs, a small object store, no
+    dashboard) or the cluster at ``address`` is joined for the sweep and shut down after it. For
+    a local instance or a loopback ``address`` Ray is kept on 127.0.0.1 (it otherwise advertises
+    and listens on the machine's external address); a loopback head must then have been started
+    the same way: ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 ray start --head
+    --node-ip-address=127.0.0.1 ...``. A worker that dies (out of memory, killed) makes its point
+    fail like any other error; the rest go on.
+    """
+    if address is None or _is_loopback(address):
+        # read by ray at import: use 127.0.0.1 as the node address instead of the external IP
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     try:
         import ray
     except ImportError:
@@ -135,25 +155,54 @@ def _ray_map(tasks: list[Task], jobs: int, address: str | None):
             "--backend local",
         ) from None  # fmt: skip
     repo = str(Path(__file__).resolve().parents[1])
-    if address is None:
-        ray.init(
-            num_cpus=max(jobs, 1), include_dashboard=False, log_to_driver=False,
-            runtime_env={"env_vars": {"PYTHONPATH": repo}}, ignore_reinit_error=True,
+    owned = not ray.is_initialized()
+    if owned and address is None:
+        ray.init(  # "local": a new instance even when a cluster runs on this machine
+            address="local", num_cpus=max(jobs, 1), object_store_memory=RAY_OBJECT_STORE_BYTES,
+            include_dashboard=False, log_to_driver=False,
+            runtime_env={"env_vars": {"PYTHONPATH": repo}},
         )  # fmt: skip
-    else:
-        ray.init(address=address, log_to_driver=False, ignore_reinit_error=True)
+    elif owned:
+        try:
+            ray.init(address=address, log_to_driver=False)
+        except (ConnectionError, RuntimeError) as e:
+            raise ConfigError(
+                "<cli>", "--address", f"cannot join the Ray cluster at {address}: "
+                f"{str(e).splitlines()[0] if str(e) else type(e).__name__} (a cluster started "
+                "with token authentication needs RAY_AUTH_MODE=token here too)",
+            ) from None  # fmt: skip
     try:
         remote = ray.remote(num_cpus=1)(run_task)
-        pending = [remote.remote(t) for t in tasks]
+        by_ref = {remote.remote(t): t for t in tasks}
+        pending = list(by_ref)
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
-            yield ray.get(done[0])
+            try:
+                yield ray.get(done[0])
+            except Exception as e:  # the worker died or could not run the task at all
+                yield _lost(by_ref[done[0]], e)
     finally:
-        ray.shutdown()
+        if owned:
+            ray.shutdown()
+
+
+def _lost(task: Task, exc: Exception) -> dict:
+    """The record of a task whose worker failed outside `run_task` (it never raises itself)."""
+    text = str(exc).strip().splitlines()
+    error = f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+    return {
+        "folder": task.point.folder, "status": "failed", "hash": None, "error": error,
+        "trace": str(exc) or error, "config": {"as_given": task.config}, "lost": True,
+    }  # fmt: skip
+
+
+def _is_loopback(address: str) -> bool:
+    host = address.split("://")[-1].rsplit(":", 1)[0].strip("[]")
+    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 def _write_returned(out: Path, point: Point, rec: dict) -> None:
-    """Write what a remote worker sent back (Ray with --address)."""
+    """Write what a remote worker sent back (Ray with --address), or a lost task's failure."""
     from simulator.results import write_config, write_error, write_results
     from simulator.sweep import write_point_json
 
@@ -161,7 +210,8 @@ def _write_returned(out: Path, point: Point, rec: dict) -> None:
     if rec["status"] == "done":
         write_results(run_dir, rec.pop("results"))
     elif rec["status"] == "failed":
-        write_config(run_dir, rec["config"])
+        if not (rec.get("lost") and (run_dir / "config.yaml").is_file()):
+            write_config(run_dir, rec["config"])
         write_error(run_dir, rec["trace"].rstrip())
     if rec["status"] != "skipped":
         write_point_json(run_dir, point, rec)

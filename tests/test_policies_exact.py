@@ -244,10 +244,10 @@ def test_disaggregated_request_timeline():
 
     from simulator.cluster import Cluster
     from simulator.disagg import DisaggSpec, KVTransfer
+    from simulator.engine import EngineSpec
     from simulator.hardware import LinkSpec
     from simulator.kv.paged import PagedAllocator
     from simulator.latency.constant import ConstantLatencyModel
-    from simulator.runner import EngineSpec
     from tests.policy_kit import ROUTERS, Section
 
     def pool(policy):

@@ -368,3 +368,48 @@ def test_step_time_is_fast():
         m.step_time(0, 0.0, 0, 1 + i % 200, 300000)
     per_call = (time.perf_counter() - t0) / 4000
     assert per_call < 50e-6  # generous bound for slow CI machines; ~10 us measured
+
+
+PAD_LAMBDA = 0.5  # the padded-graph decode weight the synthetic padded steps carry
+
+
+def _padded_decode_s(B, K, lam=PAD_LAMBDA):
+    """Decode-only step of B sequences run as a graph padded to the next capture size t: the
+    GEMMs run at t rows; attention mixes the table at (t, K) and at (t, K * t / B)."""
+    t = 1 << (B - 1).bit_length()
+    L = SPEC.num_layers
+    lin = L * (4 * gemm_us(t) + 4 * 1.0) + 1.0 + 1.0
+    head = gemm_us(t) + 1.0
+    att = (1 - lam) * decode_us(t, K) + lam * decode_us(t, K * t / B)
+    return (lin + head + L * att) * 1e-6
+
+
+def test_padded_decode_weight_recovered_exactly(tmp_path):
+    path = make_table(str(tmp_path / "toy_tp1"))
+    rows = list(csv.DictReader(open(os.path.join(path, "steps.csv"))))
+    for j, (B, m) in enumerate(((48, 1024), (96, 2048), (24, 512), (12, 4096), (48, 256))):
+        y = _padded_decode_s(B, B * m) + BASE_S
+        rows.append(
+            {
+                **rows[0],
+                "step_id": 100 + j,
+                "decode_seqs": B,
+                "decode_ctx": B * m,
+                "split": "test" if j == 4 else "train",
+                **_t(y * 1e6),
+            }
+        )
+    _write(path, "steps.csv", rows)
+    m = ProfileLatencyModel(path, SPEC, tp=1)
+    assert m.pad_weight == pytest.approx(PAD_LAMBDA)
+    assert m.base == pytest.approx(BASE_S, rel=1e-3) and m.gamma == pytest.approx(1.0, rel=1e-4)
+    assert m.describe()["fit"]["padded_decode_weight"] == pytest.approx(PAD_LAMBDA)
+    assert m.heldout["max_abs_err"] < 1e-3
+    # still monotone across capture sizes with the padded term on
+    prev = 0.0
+    for b in range(1, 300):
+        cur = m.step_time(0, 0.0, 0, b, b * 1500)
+        assert cur >= prev
+        prev = cur
+    # a table without padded train steps keeps the weight at 0 (nothing to fit it on)
+    assert ProfileLatencyModel(make_table(str(tmp_path / "plain")), SPEC, 1).pad_weight == 0.0

@@ -13,7 +13,11 @@ Step time (seconds) = ``base + mixed * [prefill_tokens > 0] + gamma * ops + allr
   plus embedding and final norm: piecewise-linear in T over the profiled token grid;
 * ``attn_decode`` = FlashAttention decode (query length 1, not causal) per layer, on a
   (batch B, mean context K / B) grid: linear in mean context, log-log in B; for decode-only
-  steps the larger of the values at B and at the padded graph batch;
+  steps the larger of the value at B and the padded-graph value ``(1 - w) table(t, K) +
+  w table(t, K t / B)`` at the padded batch t. The runner pads with 1-token dummies: w = 0
+  says they cost nothing and only the larger launch grid (fewer KV splits, other waves) slows
+  the real sequences; w = 1 that every padded slot costs like a real sequence of the mean
+  context. w is fitted on train steps (``describe()['fit']['padded_decode_weight']``);
 * ``attn_prefill`` = causal FlashAttention over prompt chunks per layer, looked up at the mean
   chunk ``T_p / s`` and mean cached context ``A / T_p - (chunk + 1) / 2``: linear in context,
   log-log in chunk length and in number of sequences;
@@ -28,10 +32,12 @@ assumes that spread. Batches with one very long sequence among short ones take l
 modeled.
 
 Calibration (fitted on train steps only): ``base`` (every step), ``mixed`` (eager steps, i.e.
-any prefill), ``gamma`` (scale on the op sum), and an eager floor: an eager step can't be faster
-than the Python launch time of its forward (fitted separately for prefill-only steps and for
-steps with two attention calls a layer). Decode-only steps are modeled as the runner executes
-them: padded to the next CUDA-graph capture size.
+any prefill), ``gamma`` (scale on the op sum), the padded-graph decode weight ``w`` (searched
+on a 0..1 grid in steps of 0.1 when a train decode step is padded; else 0), and an eager
+floor: an eager step can't be faster than the Python launch time of its forward (fitted
+separately for prefill-only steps and for steps with two attention calls a layer).
+Decode-only steps are modeled as the runner executes them: padded to the next CUDA-graph
+capture size.
 
 Invariants: ``base``, ``mixed``, ``gamma`` >= 0 (non-negative least squares); every op table is
 projected onto a monotone one before use (cumulative max along each axis, which only lifts
@@ -63,6 +69,8 @@ LAYER_ELEMENTWISE = (("rmsnorm", 2), ("rotary", 1), ("silu_mul", 1))
 # default ring all-reduce estimate when allreduce.csv lacks the TP degree
 DEFAULT_AR_BUS_GBPS = 300.0
 DEFAULT_AR_LATENCY_US = 12.0
+# candidate weights of the padded-graph decode term (see ``ops_time``), searched on train steps
+PAD_WEIGHT_GRID = tuple(i / 10 for i in range(11))
 
 
 # ---- small interpolation helpers (pure Python; used at build time and in the hot path) -------
@@ -152,7 +160,7 @@ class ProfileLatencyModel:
         self.name = f"profile:{table.label}"
         self.warnings: list[str] = []
         self._warned: set[str] = set()
-        self._fixed_cache: dict[tuple[int, bool], tuple[float, int]] = {}
+        self._fixed_cache: dict[tuple[int, bool], tuple] = {}
         self._pad = [0] + [
             next(c for c in CAPTURE_SIZES if c >= b) for b in range(1, CAPTURE_SIZES[-1] + 1)
         ]
@@ -165,6 +173,7 @@ class ProfileLatencyModel:
         self.gamma = 1.0
         self.eager_floor = 0.0
         self.eager_floor_dec = 0.0
+        self.pad_weight = 0.0
         self.fit_info: dict = {}
         self.heldout: dict = {}
         # calibration steps may lie beyond the op grid: note that once in describe(), but do not
@@ -441,10 +450,19 @@ class ProfileLatencyModel:
         if prefill_tokens <= 0:
             if decode_seqs <= 0:
                 return 0.0
-            fixed, t = self._decode_fixed(decode_seqs, allreduce)
+            fixed, t, col = self._decode_fixed(decode_seqs, allreduce)
             att = self._decode_time(decode_seqs, decode_ctx)
             if t != decode_seqs:
-                padded = self._decode_time(t, decode_ctx)
+                if col is None:  # padded batch off the table's batch grid (not the case so far)
+                    padded = self._decode_time(t, decode_ctx)
+                    full = self._decode_time(t, decode_ctx * t / decode_seqs)
+                else:  # padded batch on the grid: one column, linear in mean context
+                    ms = self._dec_m
+                    j, w, _ = _locate(ms, decode_ctx / t)
+                    padded = col[j] + (col[j + 1] - col[j]) * w
+                    j, w, _ = _locate(ms, decode_ctx / decode_seqs)
+                    full = col[j] + (col[j + 1] - col[j]) * w
+                padded += self.pad_weight * (full - padded)
                 if padded > att:
                     att = padded
             return fixed + self.layers * att
@@ -462,18 +480,20 @@ class ProfileLatencyModel:
         ar = self._ar
         return 2 * self.layers * (ar[i] + (ar[i + 1] - ar[i]) * w)
 
-    def _decode_fixed(self, n: int, allreduce: bool) -> tuple[float, int]:
-        """Context-independent time of a decode-only step of ``n`` sequences, and the padded
-        batch its CUDA graph runs at. Memoized per ``n``: the decode hot path calls this once
-        per simulated step."""
+    def _decode_fixed(self, n: int, allreduce: bool) -> tuple[float, int, list | None]:
+        """Context-independent time of a decode-only step of ``n`` sequences, the padded
+        batch its CUDA graph runs at, and the decode table's column at that batch (None when it
+        is not a grid batch). Memoized per ``n``: the decode hot path calls this once per
+        simulated step."""
         key = (n, allreduce)
         hit = self._fixed_cache.get(key)
         if hit is None:
-            t = self._pad[n] if n < len(self._pad) else n
+            t = self._pad_of(n)
             fixed = self._lin_time(t) + self._head_time(t)
             if allreduce and self._ar:
                 fixed += self._allreduce_time(t)
-            hit = self._fixed_cache[key] = (fixed, t)
+            col = self._dec[self._dec_b.index(t)] if t in self._dec_b else None
+            hit = self._fixed_cache[key] = (fixed, t, col)
         return hit
 
     # ---- the public interface --------------------------------------------------------------
@@ -524,6 +544,43 @@ class ProfileLatencyModel:
             self._warn_static("fewer than 3 whole-step measurements: model is not calibrated")
             self.fit_info = {"train_steps": len(train), "calibrated": False}
             return
+        # the padded-graph decode weight is searched on a grid (train steps only; it only
+        # matters where a train decode step is padded); the linear terms and floors are fitted
+        # for each candidate, and the candidate with the least squared relative error is kept
+        padded = any(
+            r["prefill_tokens"] <= 0 and self._pad_of(int(r["decode_seqs"])) != r["decode_seqs"]
+            for r in train
+        )
+        best = None
+        for lam in PAD_WEIGHT_GRID if padded else (0.0,):
+            self.pad_weight = lam
+            self._fit_linear(train)
+            err = sum(e * e for e in self._errors(train))
+            if best is None or err < best[0] - 1e-12:
+                best = (err, lam, self.base, self.mixed, self.gamma)
+                best += (self.eager_floor, self.eager_floor_dec)
+        _, self.pad_weight, self.base, self.mixed, self.gamma = best[:5]
+        self.eager_floor, self.eager_floor_dec = best[5:]
+        train_err = self._errors(train)
+        self.fit_info = {
+            "calibrated": True,
+            "train_steps": len(train),
+            "base_overhead_ms": round(self.base * 1e3, 4),
+            "mixed_overhead_ms": round(self.mixed * 1e3, 4),
+            "gamma": round(self.gamma, 4),
+            "eager_floor_ms": round(self.eager_floor * 1e3, 3),
+            "eager_floor_with_decode_ms": round(self.eager_floor_dec * 1e3, 3),
+            "padded_decode_weight": self.pad_weight,
+            "train_median_abs_err": _q(train_err, 0.5),
+            "train_p95_abs_err": _q(train_err, 0.95),
+        }
+        self.heldout = heldout_report(self, test)
+
+    def _pad_of(self, n: int) -> int:
+        return self._pad[n] if n < len(self._pad) else n
+
+    def _fit_linear(self, train: list[dict]) -> None:
+        """NNLS for base, mixed, gamma on the steps no floor binds, then the eager floors."""
         feats = [(self._step_features(r), r["median_us"] * 1e-6) for r in train]
         floor, use = 0.0, list(range(len(feats)))
         for _ in range(2):  # fit the linear terms on steps the floor does not bind, then floor
@@ -544,19 +601,6 @@ class ProfileLatencyModel:
         self.base, self.mixed, self.gamma = coef
         self.eager_floor = floor
         self.eager_floor_dec = floor_dec
-        train_err = self._errors(train)
-        self.fit_info = {
-            "calibrated": True,
-            "train_steps": len(train),
-            "base_overhead_ms": round(self.base * 1e3, 4),
-            "mixed_overhead_ms": round(self.mixed * 1e3, 4),
-            "gamma": round(self.gamma, 4),
-            "eager_floor_ms": round(self.eager_floor * 1e3, 3),
-            "eager_floor_with_decode_ms": round(self.eager_floor_dec * 1e3, 3),
-            "train_median_abs_err": _q(train_err, 0.5),
-            "train_p95_abs_err": _q(train_err, 0.95),
-        }
-        self.heldout = heldout_report(self, test)
 
     def _errors(self, rows: list[dict]) -> list[float]:
         out = []
