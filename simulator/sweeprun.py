@@ -4,7 +4,9 @@ Both backends run the same `simulator.sweep.run_task` on the same tasks, so they
 files. Local: a ``ProcessPoolExecutor`` of ``jobs`` processes (``jobs == 1`` runs inline). Ray
 (optional, ``pip install 'servesim[ray]'``): ``address`` joins an existing cluster, whose workers
 must be able to import servesim; their results come back to this process, which writes them, so
-no shared filesystem is needed. Without ``address`` a local Ray instance is started.
+no shared filesystem is needed. Without ``address`` a new local Ray instance is started (``jobs``
+CPUs, a small object store, on 127.0.0.1) and stopped at the end; a Ray already initialised in
+this process is used instead and left running. See `_ray_map` for loopback clusters and auth.
 
 ``OUT/index.csv`` (rewritten after every finished run, so an interrupted sweep keeps one) has a
 row per run: point, folder, seed, status, config_hash, error, one column per swept key (its full
