@@ -99,6 +99,25 @@ class DecodeSet:
                 due.append(req)
         return due
 
+    def grow_due(self, extend) -> bool:
+        """Extend every member due for KV growth by one unit with ``extend(req) -> capacity``.
+
+        The hot path of precomputed decode runs, whose KV bound guarantees success; returns False
+        at the first ``extend`` that fails (-1), leaving the rest due.
+        """
+        heap, clock = self._grow, self.clock
+        pop, push = heapq.heappop, heapq.heappush
+        while heap and heap[0][0] <= clock:
+            key, rid, req = pop(heap)
+            if req._dset is self and req._grow_clock == key:
+                cap = extend(req)
+                if cap < 0:
+                    push(heap, (key, rid, req))
+                    return False
+                req._grow_clock = cap - req._dbase
+                push(heap, (req._grow_clock, rid, req))
+        return True
+
     def next_finish_clock(self) -> int | None:
         """Clock value after the decode step on which the next member emits its last token."""
         heap = self._fin

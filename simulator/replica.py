@@ -245,13 +245,8 @@ class Replica:
              len(self.running), ctx)
         )  # fmt: skip
         self._advance_decode(start + dt)
-        if grow_next:
-            extend = self.kv.extend
-            for req in d.pop_due_growth():
-                cap = extend(req)
-                if cap < 0:
-                    raise AssertionError("decode run outgrew its KV bound")  # bound is exact
-                d.set_capacity(req, cap)
+        if grow_next and not d.grow_due(self.kv.extend):
+            raise AssertionError("decode run outgrew its KV bound")  # the bound is exact
 
     def _advance_decode(self, end: float) -> None:
         d = self.decoding

@@ -160,6 +160,7 @@ class ProfileLatencyModel:
         self.name = f"profile:{table.label}"
         self.warnings: list[str] = []
         self._warned: set[str] = set()
+        self._batch_coeffs: dict[float, tuple] = {}
         self._fixed_cache: dict[tuple[int, bool], tuple] = {}
         self._pad = [0] + [
             next(c for c in CAPTURE_SIZES if c >= b) for b in range(1, CAPTURE_SIZES[-1] + 1)
@@ -374,25 +375,45 @@ class ProfileLatencyModel:
         return h[i] + (h[i + 1] - h[i]) * w
 
     def _decode_time(self, b: float, k: float) -> float:
-        """One layer's decode attention for b sequences holding k keys in total."""
-        bs, g = self._dec_b, self._dec
-        if k > self._dec_kmax_all or b > bs[-1]:
-            self._warn_once("decode", f"decode batch {b:.0f} / total context {k:.0f} beyond grid")
-        m = k / b
-        j, wm, _ = _locate(self._dec_m, m)
-        if b <= bs[0] or len(bs) == 1:
-            col = g[0]
-            return col[j] + (col[j + 1] - col[j]) * wm
-        i, _, _ = _locate(bs, b)
-        lo_c, hi_c = g[i], g[i + 1]
+        """One layer's decode attention for b sequences holding k keys in total.
+
+        Linear in mean context ``k / b`` along the table's context grid; between two grid
+        batches, geometric in ``b``; beyond the last grid batch, proportional to ``b``. The
+        batch-dependent part is memoized per ``b`` (the hot path sees few distinct batches).
+        """
+        c = self._batch_coeffs.get(b)
+        if c is None:
+            c = self._batch_coeffs[b] = self._decode_batch_coeffs(b)
+        kind, lo_c, hi_c, e = c
+        if kind == 1 or k > self._dec_kmax_all:
+            if k > self._dec_kmax_all or b > self._dec_b[-1]:
+                self._warn_once(
+                    "decode", f"decode batch {b:.0f} / total context {k:.0f} beyond grid"
+                )
+        j, wm, _ = _locate(self._dec_m, k / b)
         lo = lo_c[j] + (lo_c[j + 1] - lo_c[j]) * wm
-        hi = hi_c[j] + (hi_c[j + 1] - hi_c[j]) * wm
-        b0, b1 = bs[i], bs[i + 1]
-        if b >= b1:  # beyond the last batch: proportional to batch at fixed mean context
-            return hi * b / b1
-        if lo <= 0.0 or b <= b0:
+        if kind == 0:
             return lo
-        return lo * (hi / lo) ** (math.log(b / b0) / math.log(b1 / b0))
+        hi = hi_c[j] + (hi_c[j + 1] - hi_c[j]) * wm
+        if kind == 1:  # beyond the last batch: proportional to batch at fixed mean context
+            return hi * e
+        if lo <= 0.0:
+            return lo
+        return lo * (hi / lo) ** e
+
+    def _decode_batch_coeffs(self, b: float) -> tuple[int, list, list | None, float]:
+        """(kind, column below, column above, exponent or factor) for batch ``b``: kind 0 = one
+        column, 1 = beyond the last grid batch (factor b / b_last), 2 = geometric blend."""
+        bs, g = self._dec_b, self._dec
+        if b <= bs[0] or len(bs) == 1:
+            return (0, g[0], None, 0.0)
+        i, _, _ = _locate(bs, b)
+        b0, b1 = bs[i], bs[i + 1]
+        if b >= b1:
+            return (1, g[i], g[i + 1], b / b1)
+        if b <= b0:
+            return (0, g[i], None, 0.0)
+        return (2, g[i], g[i + 1], math.log(b / b0) / math.log(b1 / b0))
 
     def _prefill_time(self, s: float, tokens: float, attn: float) -> float:
         """One layer's causal attention over s prompt chunks (tokens, attn pairs in total)."""
