@@ -79,3 +79,39 @@ def too_long(replica, req: Request, max_tokens: int, reserve_blocks: int = 0) ->
     if need + reserve_blocks > replica.kv.num_blocks:
         return f"needs {need} KV blocks > {replica.kv.num_blocks - reserve_blocks} usable"
     return None
+
+
+def admit_whole_prompts(policy, replica, now: float, preemption=None) -> list:
+    """Admit waiting requests whole, FCFS, as vLLM v0's prefill step does.
+
+    Stops at the first request that does not fit: ``policy.max_num_seqs`` running,
+    ``policy.max_num_batched_tokens`` tokens this step, or KV for all its tokens while keeping
+    ``policy._watermark_blocks`` free. A request the engine can never hold is rejected with its
+    reason. Prefix-cache hits start a request from its cached tokens; a swapped-out request is
+    swapped back in through ``preemption``. Returns the step's ``(request, tokens)`` chunks.
+    """
+    waiting, kv = replica.waiting, replica.kv
+    budget = policy.max_num_batched_tokens
+    chunks = []
+    while waiting and len(replica.running) < policy.max_num_seqs:
+        req = waiting[0]
+        if req.num_preemptions == 0 and req.first_scheduled_s is None:
+            reason = too_long(replica, req, policy.max_num_batched_tokens, policy._watermark_blocks)
+            if reason:
+                waiting.popleft()
+                replica.reject(req, reason, now)
+                continue
+        swapped = preemption is not None and preemption.is_swapped(req)
+        hit = prefix_hit(replica, req)
+        n = req.num_pending - hit
+        if n > budget or not kv.can_allocate(req, req.num_tokens, policy._watermark_blocks):
+            break
+        waiting.popleft()
+        kv.allocate(req, req.num_tokens)
+        start_from_cache(req, hit)
+        if swapped:
+            preemption.swap_in(req)
+        replica.admit(req, now)
+        chunks.append((req, n))
+        budget -= n
+    return chunks

@@ -24,7 +24,7 @@ a new request starts after its cached prefix (policies.common.prefix_hit).
 from __future__ import annotations
 
 from policies.base import Policy
-from policies.common import grow_decodes, prefix_hit, start_from_cache, too_long
+from policies.common import admit_whole_prompts, grow_decodes
 from policies.preemption import Preemption
 from simulator.cfg import Section
 from simulator.plan import DECODE, IDLE, StepPlan
@@ -61,7 +61,7 @@ class ContinuousBatching(Policy):
 
     def schedule(self, replica, now: float) -> StepPlan:
         pre = self.preemption
-        chunks = self._admit_prefills(replica, now)
+        chunks = admit_whole_prompts(self, replica, now, pre)
         if chunks:
             return StepPlan(chunks=tuple(chunks), extra_s=pre.take_extra_s())
         if replica.decoding and grow_decodes(replica, pre.preempt):
@@ -71,32 +71,3 @@ class ContinuousBatching(Policy):
         if extra:  # everything was preempted: still charge the swap-out copies
             return StepPlan(chunks=(), decode=True, extra_s=extra)
         return IDLE
-
-    def _admit_prefills(self, replica, now: float) -> list:
-        waiting, kv = replica.waiting, replica.kv
-        budget = self.max_num_batched_tokens
-        chunks = []
-        while waiting and len(replica.running) < self.max_num_seqs:
-            req = waiting[0]
-            if req.num_preemptions == 0 and req.first_scheduled_s is None:
-                reason = too_long(replica, req, self.max_num_batched_tokens, self._watermark_blocks)
-                if reason:
-                    waiting.popleft()
-                    replica.reject(req, reason, now)
-                    continue
-            swapped = self.preemption.is_swapped(req)
-            hit = prefix_hit(replica, req)
-            n = req.num_pending - hit
-            if n > budget:
-                break
-            if not kv.can_allocate(req, req.num_tokens, self._watermark_blocks):
-                break
-            waiting.popleft()
-            kv.allocate(req, req.num_tokens)
-            start_from_cache(req, hit)
-            if swapped:
-                self.preemption.swap_in(req)
-            replica.admit(req, now)
-            chunks.append((req, n))
-            budget -= n
-        return chunks

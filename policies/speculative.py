@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from policies.base import Policy
-from policies.common import newest_running, prefix_hit, start_from_cache, too_long
+from policies.common import admit_whole_prompts, newest_running
 from simulator.cfg import Section
 from simulator.models import load_model
 from simulator.plan import IDLE, StepPlan
@@ -106,7 +106,7 @@ class Speculative(Policy):
         }
 
     def schedule(self, replica, now: float) -> StepPlan:
-        chunks = self._admit_prefills(replica, now)
+        chunks = admit_whole_prompts(self, replica, now)
         if chunks:
             return StepPlan(chunks=tuple(chunks))
         decodes = self._grow(replica)
@@ -153,27 +153,3 @@ class Speculative(Policy):
                 self._credit[req.id] = c - a
                 raw.append(a)
         return [int(min(a, cap)) for a, cap in zip(raw, caps, strict=True)]
-
-    def _admit_prefills(self, replica, now: float) -> list:
-        waiting, kv = replica.waiting, replica.kv
-        budget = self.max_num_batched_tokens
-        chunks = []
-        while waiting and len(replica.running) < self.max_num_seqs:
-            req = waiting[0]
-            if req.num_preemptions == 0 and req.first_scheduled_s is None:
-                reason = too_long(replica, req, self.max_num_batched_tokens, self._watermark_blocks)
-                if reason:
-                    waiting.popleft()
-                    replica.reject(req, reason, now)
-                    continue
-            hit = prefix_hit(replica, req)
-            n = req.num_pending - hit
-            if n > budget or not kv.can_allocate(req, req.num_tokens, self._watermark_blocks):
-                break
-            waiting.popleft()
-            kv.allocate(req, req.num_tokens)
-            start_from_cache(req, hit)
-            replica.admit(req, now)
-            chunks.append((req, n))
-            budget -= n
-        return chunks
