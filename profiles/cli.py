@@ -172,14 +172,9 @@ def _key(r: dict, keys) -> tuple:
 
 
 def _resolve_model(name: str):
-    try:
-        from simulator.models import load_model
+    from simulator.models import load_model
 
-        return load_model(name, "<cli>", "--model")
-    except ImportError:  # catalog not available: the few shapes this profiler ships for
-        from profiles.shapes import fallback_model
-
-        return fallback_model(name)
+    return load_model(name, "<cli>", "--model")
 
 
 def gpu_key(name: str) -> str:
