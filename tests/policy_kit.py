@@ -57,8 +57,10 @@ def run(
     router="round_robin",
     make_kv=None,
     wrap=None,
+    until=None,
 ):
-    """Run ``specs`` through ``replicas`` engines; return (requests, replicas, cols)."""
+    """Run ``specs`` through ``replicas`` engines (to the end, or to ``until`` seconds);
+    return (requests, replicas, cols)."""
     env = simpy.Environment()
     cluster = Cluster(env, list(specs), ROUTERS[router](Section({}, "test.yaml")))
     latency = latency or ConstantLatencyModel(1.0)
@@ -74,7 +76,10 @@ def run(
         cluster.add_replica(rep)
         reps.append(rep)
     cluster.start()
-    env.run()
+    env.run(until=until)
+    if until is not None:
+        for rep in reps:
+            rep.sync()
     return cluster.requests, reps, request_table(cluster.requests)
 
 
