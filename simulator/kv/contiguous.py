@@ -18,32 +18,21 @@ Invariants: ``len(free list) + sum(len(block_table)) == num_blocks``; a request'
 
 from __future__ import annotations
 
+from simulator.kv.pool import BlockPool
 from simulator.request import Request
 
 RESERVE_MODES = ("max_model_len", "prompt_plus_output")
 
 
-class ContiguousAllocator:
+class ContiguousAllocator(BlockPool):
     kind = "contiguous"
 
     def __init__(self, num_blocks: int, block_size: int, reserve: str, max_model_len: int):
-        if num_blocks < 1 or block_size < 1:
-            raise ValueError("num_blocks and block_size must be >= 1")
+        super().__init__(num_blocks, block_size)
         if reserve not in RESERVE_MODES:
             raise ValueError(f"reserve must be one of {RESERVE_MODES}, got {reserve!r}")
-        self.num_blocks = num_blocks
-        self.block_size = block_size
         self.reserve = reserve
         self.max_model_len = max_model_len
-        self._free: list[int] = list(range(num_blocks - 1, -1, -1))
-
-    @property
-    def num_free_blocks(self) -> int:
-        return len(self._free)
-
-    @property
-    def num_used_blocks(self) -> int:
-        return self.num_blocks - len(self._free)
 
     def extent_tokens(self, req: Request) -> int:
         if self.reserve == "max_model_len":
@@ -79,13 +68,6 @@ class ContiguousAllocator:
 
     def capacity(self, req: Request) -> int:
         return self.extent_tokens(req) if req.block_table else 0
-
-    def free(self, req: Request) -> None:
-        table = req.block_table
-        if table:
-            table.reverse()
-            self._free.extend(table)
-            req.block_table = []
 
     def growth_bound(self, num_seqs: int, num_steps: int) -> int:
         return 0  # extents cover every token a request will hold

@@ -10,27 +10,15 @@ place; ``capacity(req) == len(req.block_table) * block_size``.
 
 from __future__ import annotations
 
+from simulator.kv.pool import BlockPool
 from simulator.request import Request
 
 
-class PagedAllocator:
+class PagedAllocator(BlockPool):
     kind = "paged"
 
     def __init__(self, num_blocks: int, block_size: int = 16):
-        if num_blocks < 1 or block_size < 1:
-            raise ValueError("num_blocks and block_size must be >= 1")
-        self.num_blocks = num_blocks
-        self.block_size = block_size
-        # a stack: the most recently freed block is reused first (deterministic)
-        self._free: list[int] = list(range(num_blocks - 1, -1, -1))
-
-    @property
-    def num_free_blocks(self) -> int:
-        return len(self._free)
-
-    @property
-    def num_used_blocks(self) -> int:
-        return self.num_blocks - len(self._free)
+        super().__init__(num_blocks, block_size)
 
     def blocks_needed(self, req: Request, num_tokens: int) -> int:
         need = -(-num_tokens // self.block_size) - len(req.block_table)
@@ -64,13 +52,6 @@ class PagedAllocator:
 
     def capacity(self, req: Request) -> int:
         return len(req.block_table) * self.block_size
-
-    def free(self, req: Request) -> None:
-        table = req.block_table
-        if table:
-            table.reverse()
-            self._free.extend(table)
-            req.block_table = []
 
     def growth_bound(self, num_seqs: int, num_steps: int) -> int:
         # each decoding request crosses a block boundary at most once per block_size steps

@@ -1,0 +1,36 @@
+"""The block pool both KV allocators draw from: ``num_blocks`` blocks of ``block_size`` tokens.
+
+Free blocks are a stack (the most recently freed block is reused first), which keeps runs
+deterministic. Invariant: ``len(free list) + sum(len(req.block_table)) == num_blocks``.
+Subclasses decide how many blocks a request takes and when (paged: one at a time as it grows;
+contiguous: one extent up front).
+"""
+
+from __future__ import annotations
+
+from simulator.request import Request
+
+
+class BlockPool:
+    def __init__(self, num_blocks: int, block_size: int):
+        if num_blocks < 1 or block_size < 1:
+            raise ValueError("num_blocks and block_size must be >= 1")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self._free: list[int] = list(range(num_blocks - 1, -1, -1))
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - len(self._free)
+
+    def free(self, req: Request) -> None:
+        """Return every block ``req`` holds (in reverse, so its first block is reused last)."""
+        table = req.block_table
+        if table:
+            table.reverse()
+            self._free.extend(table)
+            req.block_table = []
