@@ -75,10 +75,19 @@ def format_report(m) -> str:
         )
     if ho.get("test_steps"):
         lines.append(
-            f"  held-out ({ho['test_steps']} steps never used in the fit): median "
-            f"{_pct(ho['median_abs_err'])}, p95 {_pct(ho['p95_abs_err'])}, max "
-            f"{_pct(ho['max_abs_err'])}"
+            f"  held-out ({ho['test_steps']} steps never used in the fit, vs their "
+            f"{ho['measured_stat'][:-3]}): median {_pct(ho['median_abs_err'])}, p95 "
+            f"{_pct(ho['p95_abs_err'])}, max {_pct(ho['max_abs_err'])}; vs their median: "
+            f"median {_pct(ho['vs_measured_median']['median_abs_err'])}, p95 "
+            f"{_pct(ho['vs_measured_median']['p95_abs_err'])}"
         )
+        for part in ("gpu_bound", "launch_bound"):
+            sub = ho.get(part) or {}
+            if sub.get("steps"):
+                lines.append(
+                    f"    {part.replace('_', '-')} ({sub['steps']} steps): median "
+                    f"{_pct(sub['median_abs_err'])}, p95 {_pct(sub['p95_abs_err'])}"
+                )
         for w in ho["worst"]:
             lines.append(
                 f"    worst: {w['kind']:<6} prefill {w['prefill_tokens']} tok / "
@@ -287,6 +296,8 @@ def run_profile(
             ar_grid = [t for t in grid if t <= max_tokens]
             counts["allreduce"] = M.profile_allreduce(out, sh, tp, ar_grid)
             ar_note = f"measured with NCCL on {tp} GPUs (NCCL_NVLS_ENABLE=0)"
+        elif str(prev.get("allreduce", "")).startswith("measured"):
+            ar_note = prev["allreduce"]  # resumed on fewer GPUs: keep the earlier measurement
         else:
             ar_note = f"not measured: {n} GPU(s) visible, tp={tp} needs {tp}"
         times["allreduce"] = round(time.time() - ts, 1)
@@ -358,8 +369,10 @@ def run_profile(
         "grid": {
             "gemm_tokens": f"{len(grid)} points in 1..{max_tokens} (powers of 2, 1.5x, multiples)",
             "attn_decode": "batch 1..512 x total context 512..524288 (uneven contexts, batch>=2)",
-            "attn_prefill": "seqs {1,4,16} x chunk 16..16384 x context_before 0..32768",
-            "steps": "decode-only (CUDA graphs) and mixed prefill+decode (eager); 1/3 held out",
+            "attn_prefill": "seqs {1,4,16} x chunk 16..16384 (powers of 2 and 1.5x) "
+            "x context_before 0..32768",
+            "steps": "decode-only (CUDA graphs) and mixed prefill+decode (eager): a hand-picked "
+            "grid plus seeded random compositions, interleaved rounds; 1/3 held out",
         },
         "points_measured_this_run": counts,
         "time_taken_s": _merge_times(prev, times, total),

@@ -346,8 +346,16 @@ def prefill_grid(max_tokens: int = 16384) -> list[tuple[int, int, int]]:
     chunks_f = [32, 128, 512, 2048, 8192]
     ctx_c = [0, 1024, 8192, 32768]
     ctx_f = [256, 4096, 16384]
+    # 1.5x chunks: FlashAttention's time steps with the number of 128-row query tiles per wave
+    # over the SMs, so points between the powers of two check the wave-aware interpolation
+    chunks_m = [384, 768, 1536, 3072, 6144]
     pts = []
-    for chunks, ctxs in ((chunks_c, ctx_c), (chunks_f, ctx_c), (chunks_c + chunks_f, ctx_f)):
+    for chunks, ctxs in (
+        (chunks_c, ctx_c),
+        (chunks_f, ctx_c),
+        (chunks_c + chunks_f, ctx_f),
+        (chunks_m, ctx_c + ctx_f),
+    ):
         for s in (1, 4, 16):
             for c in chunks:
                 for b in ctxs:
@@ -391,61 +399,97 @@ def profile_attn_prefill(out: str, sh: Shapes, deadline: float, bench: AttnBench
 # ---- whole steps ---------------------------------------------------------------------------
 
 
-def step_compositions(capacity_tokens: int, max_tokens: int = 16384) -> list[dict]:
+# hand-picked mixed compositions: (chunk, ctx_before, n_prefill_seqs, decode_batch, decode_ctx)
+MIXED_GRID = (
+    (128, 0, 1, 32, 1024),
+    (512, 0, 1, 0, 0),
+    (512, 0, 1, 64, 2048),
+    (512, 4096, 1, 16, 512),
+    (1024, 0, 1, 128, 1024),
+    (2048, 0, 1, 0, 0),
+    (2048, 0, 1, 32, 4096),
+    (2048, 6144, 1, 64, 1024),
+    (4096, 0, 1, 0, 0),
+    (4096, 12288, 1, 8, 2048),
+    (8192, 0, 1, 0, 0),
+    (8192, 8192, 1, 0, 0),
+    (16, 8000, 1, 96, 1024),
+    (64, 4096, 1, 128, 512),
+    (256, 2048, 4, 64, 1024),
+    (512, 0, 8, 0, 0),
+    (1024, 1024, 4, 32, 2048),
+    (200, 0, 16, 16, 256),
+    (3000, 0, 1, 200, 800),
+    (6000, 2000, 2, 20, 3000),
+    (1500, 500, 1, 250, 1500),
+    (16384, 0, 1, 0, 0),
+    (700, 30000, 1, 4, 8000),
+    (32, 0, 64, 128, 2048),
+    (64, 0, 1, 8, 512),
+    (256, 0, 1, 0, 0),
+    (32, 1024, 2, 64, 256),
+    (96, 2000, 1, 16, 4000),
+    (400, 0, 1, 48, 3000),
+    # small eager steps, where Python launch overhead may exceed GPU time
+    (1, 0, 1, 0, 0),
+    (8, 0, 1, 4, 1000),
+    (24, 512, 1, 24, 2000),
+    (48, 0, 2, 2, 6000),
+    (128, 4096, 1, 0, 0),
+    (16, 0, 1, 200, 1000),
+)
+RANDOM_DECODE, RANDOM_MIXED = 16, 40
+
+
+def _log_uniform(rng: random.Random, lo: float, hi: float) -> int:
+    return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
+
+
+def random_compositions(rng: random.Random, n_decode: int, n_mixed: int) -> list[tuple]:
+    """Compositions off every grid: (kind, (s, c, b) or None, (decode_batch, decode_ctx)).
+
+    Drawn log-uniformly over the ranges a serving engine meets (batch 1-384, context 128-16k,
+    chunks 1-8k, cached context 0-32k), so the held-out error also covers points between the
+    op tables' grid points, not only hand-picked shapes.
+    """
+    out = []
+    for _ in range(n_decode):
+        out.append(("decode", None, (_log_uniform(rng, 1, 384), _log_uniform(rng, 128, 16384))))
+    for _ in range(n_mixed):
+        s = rng.choice((1, 1, 1, 1, 1, 2, 3, 4, 8))
+        c = _log_uniform(rng, 1, 8192 // s)
+        b = 0 if rng.random() < 0.4 else _log_uniform(rng, 64, 32768)
+        db = 0 if rng.random() < 0.25 else _log_uniform(rng, 1, 256)
+        dctx = _log_uniform(rng, 128, 8192) if db else 0
+        out.append(("mixed", (s, c, b), (db, dctx)))
+    return out
+
+
+def step_compositions(
+    capacity_tokens: int, max_tokens: int = 16384, max_model_len: int = 65536
+) -> list[dict]:
     """Batch compositions from decode-only to prefill-heavy; ids and train/test split fixed.
 
-    The split is drawn once from a seeded generator, stratified by kind, before any fitting
-    (one in three steps is held out), so the held-out steps are never chosen by their error.
+    The hand-picked grid comes first, then seeded random compositions. The split is drawn once
+    from a seeded generator, stratified by kind, before any fitting (one in three steps is held
+    out), so the held-out steps are never chosen by their error.
     """
     rng = random.Random(7)
-    comps = []
+    cands = []
     for b in (1, 4, 16, 48, 96, 160, 256):
         for ctx in (256, 1024, 3000, 8192):
-            if b * ctx <= capacity_tokens * 0.9:
-                comps.append({"kind": "decode", "prefills": [], "decodes": (b, ctx)})
-    mixed = [
-        # (chunk, ctx_before, n_prefill_seqs, decode_batch, decode_ctx)
-        (128, 0, 1, 32, 1024),
-        (512, 0, 1, 0, 0),
-        (512, 0, 1, 64, 2048),
-        (512, 4096, 1, 16, 512),
-        (1024, 0, 1, 128, 1024),
-        (2048, 0, 1, 0, 0),
-        (2048, 0, 1, 32, 4096),
-        (2048, 6144, 1, 64, 1024),
-        (4096, 0, 1, 0, 0),
-        (4096, 12288, 1, 8, 2048),
-        (8192, 0, 1, 0, 0),
-        (8192, 8192, 1, 0, 0),
-        (16, 8000, 1, 96, 1024),
-        (64, 4096, 1, 128, 512),
-        (256, 2048, 4, 64, 1024),
-        (512, 0, 8, 0, 0),
-        (1024, 1024, 4, 32, 2048),
-        (200, 0, 16, 16, 256),
-        (3000, 0, 1, 200, 800),
-        (6000, 2000, 2, 20, 3000),
-        (1500, 500, 1, 250, 1500),
-        (16384, 0, 1, 0, 0),
-        (700, 30000, 1, 4, 8000),
-        (32, 0, 64, 128, 2048),
-        (64, 0, 1, 8, 512),
-        (256, 0, 1, 0, 0),
-        (32, 1024, 2, 64, 256),
-        (96, 2000, 1, 16, 4000),
-        (400, 0, 1, 48, 3000),
-        # small eager steps, where Python launch overhead may exceed GPU time
-        (1, 0, 1, 0, 0),
-        (8, 0, 1, 4, 1000),
-        (24, 512, 1, 24, 2000),
-        (48, 0, 2, 2, 6000),
-        (128, 4096, 1, 0, 0),
-        (16, 0, 1, 200, 1000),
-    ]
-    for c, b, s, db, dctx in mixed:
+            cands.append(("decode", None, (b, ctx)))
+    cands += [("mixed", (s, c, b), (db, dctx)) for c, b, s, db, dctx in MIXED_GRID]
+    cands += random_compositions(random.Random(11), RANDOM_DECODE, RANDOM_MIXED)
+    comps = []
+    for kind, pre, (db, dctx) in cands:
+        s, c, b = pre or (0, 0, 0)
         if s * c + db > max_tokens or s * (b + c) + db * dctx > capacity_tokens * 0.9:
             continue
-        comps.append({"kind": "mixed", "prefills": (s, c, b), "decodes": (db, dctx)})
+        longest = max(uneven_lengths(db * dctx, db)) if db else 0
+        if max(longest, b + c) > max_model_len:
+            continue
+        comps.append({"kind": kind, "prefills": pre or [], "decodes": (db, dctx)})
     for i, comp in enumerate(comps):
         comp["step_id"] = i
     for kind in ("decode", "mixed"):
@@ -456,58 +500,118 @@ def step_compositions(capacity_tokens: int, max_tokens: int = 16384) -> list[dic
     return comps
 
 
-def profile_steps(out: str, runner, deadline: float, repeats: int = 5) -> int:
+def _step_batch(comp: dict, rng: random.Random) -> tuple[list, list]:
+    prefills, decodes = [], []
+    slot = 0
+    if comp["prefills"]:
+        s, c, b = comp["prefills"]
+        for _ in range(s):
+            prefills.append((slot, c, b))
+            slot += 1
+    db, dctx = comp["decodes"]
+    if db:
+        for n in uneven_lengths(dctx * db, db, rng):
+            decodes.append((slot, n))
+            slot += 1
+    return prefills, decodes
+
+
+def profile_steps(
+    out: str,
+    runner,
+    deadline: float,
+    rounds: int = 5,
+    min_rounds: int = 3,
+    block: int = 24,
+    timed_per_round: int = 3,
+) -> int:
+    """Whole steps: each composition's steady-state time, sampled in interleaved rounds.
+
+    Two effects shape an eager step's time besides its composition, both through the CPU's
+    launch speed: (1) the step that ran just before: on H200 a small eager step timed right
+    after unrelated steps took up to 1.9x its time in a run of identical steps; (2) drift over
+    seconds: the same 80-layer step took 50 ms in one minute and 73 ms in another. A serving
+    engine runs streams of similar steps, so the quantity wanted is the steady state, without
+    the drift. Hence: compositions go in blocks of ``block``; in each round a block's
+    compositions run in a fresh seeded order, each one once untimed (which brings it to steady
+    state, and captures its CUDA graph the first time) and then ``timed_per_round`` times
+    back to back; a composition keeps the median over all its rounds. A block's rows are
+    written when it ends (an interrupted run loses at most one block). Each block sizes its
+    rounds from its first one so the blocks left share the time left; the deadline cuts
+    rounds (never below ``min_rounds``) before it cuts compositions.
+    """
+    import gc
+
+    from profiles.timing import summarize
     from simulator.latency.base import chunk_attn_pairs
 
-    comps = step_compositions(runner.capacity_tokens, runner.max_tokens)
+    comps = step_compositions(runner.capacity_tokens, runner.max_tokens, runner.max_model_len)
     done = tbl.done_keys(out, "steps.csv", ("step_id",))
     todo = [c for c in comps if (c["step_id"],) not in done]
     if not todo:
         return 0
     bar = Progress("steps", len(todo))
     rng = random.Random(3)
+    order_rng = random.Random(5)
+    batches = {c["step_id"]: _step_batch(c, rng) for c in todo}
     count = 0
-    for comp in todo:
+    for lo in range(0, len(todo), block):
         if time.time() > deadline:
             break
-        prefills, decodes = [], []
-        slot = 0
-        if comp["prefills"]:
-            s, c, b = comp["prefills"]
-            for _ in range(s):
-                prefills.append((slot, c, b))
-                slot += 1
-        db, dctx = comp["decodes"]
-        if db:
-            for n in uneven_lengths(dctx * db, db, rng):
-                decodes.append((slot, n))
-                slot += 1
-        try:
-            for _ in range(2):
-                runner.run_step(prefills, decodes)
-            samples = [runner.run_step(prefills, decodes) * 1e6 for _ in range(repeats)]
-        except (ValueError, RuntimeError) as e:
-            bar.step(f"skip {comp['step_id']}: {str(e)[:30]}")
-            continue
-        from profiles.timing import summarize
-
-        res = summarize(samples)
-        row = {
-            "step_id": comp["step_id"],
-            "kind": comp["kind"],
-            "cuda_graph": 1 if (not prefills and runner.use_cuda_graphs) else 0,
-            "prefill_tokens": sum(c for _, c, _ in prefills),
-            "prefill_attn": sum(chunk_attn_pairs(c, b) for _, c, b in prefills),
-            "prefill_seqs": len(prefills),
-            "decode_seqs": len(decodes),
-            "decode_ctx": sum(n for _, n in decodes),
-            "includes_allreduce": 1 if runner.tp == 1 else 0,
-            "split": comp["split"],
-            **res,
-        }
-        tbl.append_row(out, "steps.csv", row)
-        count += 1
-        bar.step(f"{comp['kind']} {res['median_us'] / 1e3:.2f}ms")
+        chunk = todo[lo : lo + block]
+        samples: dict[int, list[float]] = {c["step_id"]: [] for c in chunk}
+        failed: set[int] = set()
+        t_block = time.time()
+        n_rounds = rounds
+        rnd = 0
+        while rnd < n_rounds:
+            if rnd == 1:  # size this block's rounds so the blocks left share the time left
+                blocks_left = -(-(len(todo) - lo) // block)
+                per_round = max(1e-3, time.time() - t_block)
+                left = deadline - time.time()
+                fit = rounds if math.isinf(left) else int(left / (blocks_left * per_round))
+                n_rounds = max(min_rounds, min(rounds, 1 + fit))
+            order = list(chunk)
+            order_rng.shuffle(order)
+            gc.collect()
+            gc.disable()
+            try:
+                for comp in order:
+                    sid = comp["step_id"]
+                    if sid in failed:
+                        continue
+                    try:
+                        runner.run_step(*batches[sid])
+                        for _ in range(timed_per_round):
+                            samples[sid].append(runner.run_step(*batches[sid]) * 1e6)
+                    except (ValueError, RuntimeError) as e:
+                        failed.add(sid)
+                        bar.step(f"skip {sid}: {str(e)[:30]}")
+            finally:
+                gc.enable()
+            rnd += 1
+        for comp in chunk:
+            sid = comp["step_id"]
+            if sid in failed or not samples[sid]:
+                continue
+            prefills, decodes = batches[sid]
+            row = {
+                "step_id": sid,
+                "kind": comp["kind"],
+                "cuda_graph": 1 if (not prefills and runner.use_cuda_graphs) else 0,
+                "prefill_tokens": sum(c for _, c, _ in prefills),
+                "prefill_attn": sum(chunk_attn_pairs(c, b) for _, c, b in prefills),
+                "prefill_seqs": len(prefills),
+                "decode_seqs": len(decodes),
+                "decode_ctx": sum(n for _, n in decodes),
+                "includes_allreduce": 1 if runner.tp == 1 else 0,
+                "split": comp["split"],
+                **summarize(samples[sid]),
+            }
+            tbl.append_row(out, "steps.csv", row)
+            count += 1
+            bar.step(f"{comp['kind']} {row['median_us'] / 1e3:.2f}ms")
+        sys.stderr.write(f"  block of {len(chunk)}: {rnd} rounds in {time.time() - t_block:.1f}s\n")
     bar.close()
     return count
 

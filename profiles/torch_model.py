@@ -246,6 +246,8 @@ class StepRunner:
         fpos = 0
         for slot, c, b in seqs:
             n = c + b
+            if n > self.max_model_len:
+                raise ValueError(f"sequence of {n} tokens > max_model_len {self.max_model_len}")
             kv_lens.append(n)
             positions.extend(range(b, n))
             if self.paged:
