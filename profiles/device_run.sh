@@ -5,6 +5,9 @@ set -u
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 gpu=$1; shift
 work=/tmp/tables
+# start clean: a warm machine keeps /tmp from an earlier call, and a stale CSV there would be
+# resumed into this run's tables
+rm -rf "$work"
 mkdir -p "$work"
 # resume: unpack tables shipped with the working tree for this gpu
 if [ -d "profiles/$gpu" ]; then cp -r "profiles/$gpu" "$work/"; fi

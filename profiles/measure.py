@@ -527,16 +527,16 @@ def profile_steps(
 ) -> int:
     """Whole steps: each composition's steady-state time, sampled in interleaved rounds.
 
-    Two effects shape an eager step's time besides its composition, both through the CPU's
-    launch speed: (1) the step that ran just before: on H200 a small eager step timed right
-    after unrelated steps took up to 1.9x its time in a run of identical steps; (2) drift over
-    seconds: the same 80-layer step took 50 ms in one minute and 73 ms in another. A serving
-    engine runs streams of similar steps, so the quantity wanted is the steady state, without
-    the drift. Hence: compositions go in blocks of ``block``; in each round a block's
-    compositions run in a fresh seeded order, each one once untimed (which brings it to steady
-    state, and captures its CUDA graph the first time) and then ``timed_per_round`` times
-    back to back; a composition keeps the median over all its rounds. A block's rows are
-    written when it ends (an interrupted run loses at most one block). Each block sizes its
+    Eager steps are bound by the CPU's launch speed, which drifts over seconds (on H200 the
+    same 80-layer step took 50 ms in one minute and 73 ms in another) and suffers contention
+    bursts. Timing one composition's repeats back to back lets one burst set its whole median
+    unnoticed. Hence: compositions go in blocks of ``block``; in each round a block's
+    compositions run in a fresh seeded order, each one once untimed (steady state, and its
+    CUDA graph captured the first time; a first version without it, where each sample followed
+    an unrelated step, measured small eager steps up to 1.8x their back-to-back time, though
+    an isolated check later put most of that within contention noise) and then
+    ``timed_per_round`` times back to back; median, p10 and p90 are over all rounds. A block's
+    rows are written when it ends (an interrupted run loses at most one block). Each block sizes its
     rounds from its first one so the blocks left share the time left; the deadline cuts
     rounds (never below ``min_rounds``) before it cuts compositions.
     """

@@ -37,9 +37,9 @@ def _t(us):
 
 
 def _step_t(us):
-    """A whole step's samples: the model is fitted to their p10 (STEP_STAT); contention only
-    adds time, so the median sits above it."""
-    return {"median_us": us * 1.03, "p10_us": us, "p90_us": us * 1.2}
+    """A whole step's samples: the model is fitted to their median (STEP_STAT); contention only
+    adds time, so the p10 sits a little below it."""
+    return {"median_us": us, "p10_us": us * 0.97, "p90_us": us * 1.2}
 
 
 def gemm_us(t):  # an affine GEMM cost: weights read once + per-token work
@@ -176,7 +176,7 @@ def test_fit_uses_only_train_steps(tmp_path):
     rows = list(csv.DictReader(open(os.path.join(path, "steps.csv"))))
     for r in rows:
         if r["split"] == "test":
-            r["p10_us"] = str(float(r["p10_us"]) * 1.5)
+            r["median_us"] = str(float(r["median_us"]) * 1.5)
     _write(path, "steps.csv", rows)
     dirty = ProfileLatencyModel(path, SPEC, tp=1)
     assert dirty.base == pytest.approx(clean.base) and dirty.gamma == pytest.approx(clean.gamma)
@@ -187,12 +187,12 @@ def test_heldout_report_math(toy):
     m = ProfileLatencyModel(toy, SPEC, tp=1)
     row = dict(m.table.rows["steps.csv"][0])
     pred = m.predict_row(row)
-    row["p10_us"] = pred * 1e6 / 1.1  # model 10% high on this step's p10 ...
-    row["median_us"] = pred * 1e6 / 0.8  # ... and 20% low on its median
+    row["median_us"] = pred * 1e6 / 1.1  # model 10% high on this step's median ...
+    row["p10_us"] = pred * 1e6 / 1.2  # ... and 20% high on its p10
     rep = heldout_report(m, [row])
-    assert rep["measured_stat"] == "p10_us"
+    assert rep["measured_stat"] == "median_us"
     assert rep["median_abs_err"] == pytest.approx(0.1, abs=1e-4)
-    assert rep["vs_measured_median"]["median_abs_err"] == pytest.approx(0.2, abs=1e-4)
+    assert rep["vs_measured_p10"]["median_abs_err"] == pytest.approx(0.2, abs=1e-4)
     assert rep["worst"][0]["rel_err"] == pytest.approx(0.1, abs=1e-4)
 
 
@@ -248,9 +248,9 @@ def test_shipped_table_monotone_and_accurate():
     ho = m.describe()["heldout"]
     assert ho["test_steps"] >= 30
     assert ho["median_abs_err"] <= 0.05  # the issue's median floor, met
-    # the issue's p95 floor (10%) is NOT met on this table (12.6% on 39 held-out steps, see
+    # the issue's p95 floor (10%) is NOT met on this table (13.1% on 39 held-out steps, see
     # profiles/README.md); this guards the published figure against regressions
-    assert ho["p95_abs_err"] <= 0.13
+    assert ho["p95_abs_err"] <= 0.14
     # a Llama-3-8B decode step cannot beat reading 16 GB of weights at 4.8 TB/s
     assert m.step_time(0, 0, 0, 1, 100) > 3.3e-3
 

@@ -1,11 +1,12 @@
 """Why are small eager prefill steps slower in serving runs than in the profiler? (GPU only)
 
-The profiler times each step composition back to back (2 warm-ups, 5 repeats). In a serving run
+The first profiler timed each step composition back to back (2 warm-ups, 5 repeats; it now uses
+interleaved rounds, see ``profiles.measure.profile_steps``). In a serving run
 an eager prefill step comes after a stretch of CUDA-graph decode steps and simulator work. This
 times the same small prefill (1 sequence, 91 tokens, Llama-3-8B) in four settings and prints
 GPU-event milliseconds (median, min, max over repeats):
 
-* ``back_to_back``: as the profiler does;
+* ``back_to_back``: as the first profiler did;
 * ``after_decodes``: each prefill follows 30 decode-only graph replays (batch 2);
 * ``after_decodes_gc_off``: the same with Python's garbage collector disabled;
 * ``second_of_pair``: after the decodes, the prefill is run twice and the second one is timed.
