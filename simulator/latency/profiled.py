@@ -187,6 +187,8 @@ class ProfileLatencyModel:
         self._build_decode()
         self._build_prefill()
         self._heads, self._sms = self._wave_shape(table, model_spec, meta_path)
+        if self._sms:
+            self._pre_w = [[self._waves(sv, cv) for cv in self._pre_c] for sv in self._pre_s]
         self._build_allreduce(model_spec)
         self.base = 0.0
         self.mixed = 0.0
@@ -455,28 +457,7 @@ class ProfileLatencyModel:
 
     def _waves(self, s: float, c: float) -> int:
         """Waves of FlashAttention query-tile CTAs over the SMs for s chunks of c tokens."""
-        return math.ceil(s * math.ceil(c / ATTN_Q_TILE) * self._heads / self._sms)
-
-    def _chunk_weight(self, s: float, c: float, c0: float, c1: float, ctx: float) -> float:
-        """Where chunk c lies between grid chunks c0 < c1, for grid row s.
-
-        Wave-aware: a wave lasts about as long as its longest key range (ctx + c), so the
-        coordinate is waves(s, c) * (ctx + c). A 700-token chunk (6 tiles of 128 per head, 2
-        waves at 32 heads on 132 SMs) sits next to 1024 (8 tiles, 2 waves), not 40% of the way
-        from 512 (4 tiles, 1 wave). Without the GPU's SM count it falls back to log-log.
-        The weight is a ratio of linear functions of ctx, hence monotone in ctx; taking the
-        larger of its values at ctx and at 0 keeps the result non-decreasing in context.
-        """
-        if c <= c0:
-            return 0.0
-        if not self._sms:
-            return math.log(c / c0) / math.log(c1 / c0)
-        w, w0, w1 = self._waves(s, c), self._waves(s, c0), self._waves(s, c1)
-        out = 0.0
-        for b in (0.0, ctx):
-            f0, f1 = w0 * (b + c0), w1 * (b + c1)
-            out = max(out, (w * (b + c) - f0) / (f1 - f0))
-        return min(1.0, out)
+        return -(-int(s * -(-c // ATTN_Q_TILE) * self._heads) // self._sms)
 
     def _prefill_time(self, s: float, tokens: float, attn: float) -> float:
         """One layer's causal attention over s prompt chunks (tokens, attn pairs in total)."""
@@ -500,13 +481,33 @@ class ProfileLatencyModel:
             self._warn_once("context", f"prefill context {ctx:.0f} beyond the grid ({bs[-1]:.0f})")
         j, _, _ = _locate(cs, c)
         i, _, _ = _locate(ss, s)
+        # where c lies between grid chunks c0 < c1, per grid row: wave-aware. A wave lasts
+        # about as long as its longest key range (ctx + c), so the coordinate is
+        # waves(s, c) * (ctx + c): a 700-token chunk (6 tiles of 128 per head, 2 waves at 32
+        # heads on 132 SMs) sits next to 1024 (8 tiles, 2 waves), not 40% of the way from 512
+        # (4 tiles, 1 wave). The weight is a ratio of linear functions of ctx, hence monotone
+        # in ctx; the larger of its values at ctx and at 0 keeps the result non-decreasing in
+        # context. Without the GPU's SM count: log-log in c.
         c0, c1 = cs[j], cs[j + 1]
+        tiles = -(-c // ATTN_Q_TILE) * self._heads  # query-tile CTAs of one chunk
         out = []
         for ii in (i, i + 1):
             r0, r1 = cube[ii][j], cube[ii][j + 1]
             v0 = r0[m] + (r0[m + 1] - r0[m]) * wb
             v1 = r1[m] + (r1[m + 1] - r1[m]) * wb
-            out.append(v0 + (v1 - v0) * self._chunk_weight(ss[ii], c, c0, c1, ctx))
+            if c <= c0:
+                w = 0.0
+            elif self._sms:
+                wv = -(-int(ss[ii] * tiles) // self._sms)
+                w0, w1 = self._pre_w[ii][j], self._pre_w[ii][j + 1]
+                w = (wv * c - w0 * c0) / (w1 * c1 - w0 * c0)
+                f0 = w0 * (ctx + c0)
+                wc = (wv * (ctx + c) - f0) / (w1 * (ctx + c1) - f0)
+                w = wc if wc > w else w
+                w = w if w < 1.0 else 1.0
+            else:
+                w = math.log(c / c0) / math.log(c1 / c0)
+            out.append(v0 + (v1 - v0) * w)
         s0, s1 = ss[i], ss[i + 1]
         lo, hi = out
         if s <= s0 or lo <= 0:
