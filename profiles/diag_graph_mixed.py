@@ -1,0 +1,83 @@
+"""Eager vs whole-step CUDA graph for every mixed composition of the profiler (GPU only).
+
+Usage: ``python -m profiles.diag_graph_mixed MODEL TP`` (writes ``$OUT/graphs_MODEL_tpTP.json``).
+Each mixed composition of ``step_compositions`` runs eagerly (median and p10 of 8, as
+``StepRunner.run_step``) and as one captured CUDA graph of the same forward (median and min of 8
+replays), so the launch floor and its noise can be read off (profiles/README.md, "What would fix
+the rest"). Not part of ``servesim profile``: the tables still time mixed steps eagerly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import statistics as st
+import sys
+
+
+def _graph_times(runner, prefills, decodes, n: int = 8) -> list[float]:
+    """Capture one step's forward as a CUDA graph and time n replays (ms, sorted)."""
+    import torch
+
+    args = runner.prepare(prefills, decodes)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        runner._forward(*args)  # warm-up outside capture (allocator, cuBLAS workspaces)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        runner._forward(*args)
+    graph.replay()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(n):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        out.append(start.elapsed_time(end))
+    return sorted(out)
+
+
+def main(argv: list[str]) -> int:
+    import torch
+
+    from profiles.measure import _step_batch, step_compositions
+    from profiles.torch_model import StepRunner
+    from simulator.models import load_model
+
+    name, tp = argv[0], int(argv[1])
+    spec = load_model(name, "<diag>", "model")
+    runner = StepRunner(spec, tp=tp, max_seqs=512, max_tokens=16384, max_model_len=65536)
+    comps = step_compositions(runner.capacity_tokens, runner.max_tokens, runner.max_model_len)
+    rng = random.Random(3)  # the profiler's seed: the same decode contexts as steps.csv
+    batches = {c["step_id"]: _step_batch(c, rng) for c in comps}
+    torch.backends.cuda.matmul.allow_tf32 = False
+    rows = []
+    with torch.inference_mode():
+        for c in (c for c in comps if c["kind"] == "mixed"):
+            pre, dec = batches[c["step_id"]]
+            row = {"step_id": c["step_id"], "prefills": c["prefills"], "decodes": c["decodes"]}
+            try:
+                for _ in range(2):
+                    runner.run_step(pre, dec)
+                eager = sorted(runner.run_step(pre, dec) * 1e3 for _ in range(8))
+                graph = _graph_times(runner, pre, dec)
+                row.update(eager_med=st.median(eager), eager_p10=eager[1])
+                row.update(graph_med=st.median(graph), graph_min=graph[0])
+            except (RuntimeError, ValueError) as e:
+                row["error"] = str(e)[:80]
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    path = os.path.join(os.environ.get("OUT", "."), f"graphs_{name}_tp{tp}.json")
+    with open(path, "w") as f:
+        json.dump(rows, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
