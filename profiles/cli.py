@@ -2,9 +2,10 @@
 
 Forms (argv excludes the word "profile"):
 
-* ``--model NAME --tp K --out DIR [--budget-minutes M] [--resume] [--skip-steps]``
+* ``--model NAME --tp K --out DIR [--budget-minutes M] [--resume] [--skip-steps] [--mixed-graphs]``
   measures every op family and whole steps on the local GPU into DIR (resumable: with
-  ``--resume`` rows already in DIR are kept and skipped; without it DIR must be empty or absent);
+  ``--resume`` rows already in DIR are kept and skipped; without it DIR must be empty or absent;
+  ``--mixed-graphs`` times mixed whole steps as replayed CUDA graphs instead of eagerly);
 * ``report DIR``: error of the latency model on the whole steps it was not fitted on;
 * ``diff OLD NEW [--threshold 0.1]``: per-op relative change of the median times.
 
@@ -229,6 +230,11 @@ def _profile(argv: list[str]) -> int:
     ap.add_argument("--budget-minutes", type=float, default=5.0)
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--skip-steps", action="store_true", help="op tables only")
+    ap.add_argument(
+        "--mixed-graphs",
+        action="store_true",
+        help="time mixed whole steps as replayed CUDA graphs (no eager launch floor)",
+    )
     ap.add_argument("--max-tokens", type=int, default=16384)
     a = ap.parse_args(argv)
     if a.tp < 1:
@@ -248,11 +254,19 @@ def _profile(argv: list[str]) -> int:
     if os.path.isdir(a.out) and os.listdir(a.out) and not a.resume:
         raise ConfigError(a.out, "--out", "directory is not empty (use --resume to continue)")
     os.makedirs(a.out, exist_ok=True)
-    return run_profile(spec, a.tp, a.out, a.budget_minutes * 60, a.skip_steps, a.max_tokens)
+    return run_profile(
+        spec, a.tp, a.out, a.budget_minutes * 60, a.skip_steps, a.max_tokens, a.mixed_graphs
+    )
 
 
 def run_profile(
-    spec, tp: int, out: str, budget_s: float, skip_steps: bool, max_tokens: int = 16384
+    spec,
+    tp: int,
+    out: str,
+    budget_s: float,
+    skip_steps: bool,
+    max_tokens: int = 16384,
+    mixed_graphs: bool = False,
 ) -> int:
     import torch
 
@@ -310,12 +324,14 @@ def run_profile(
             max_seqs=512,
             max_tokens=max_tokens,
             max_model_len=max(getattr(spec, "max_model_len", 8192), 65536),
+            mixed_graphs=mixed_graphs,
         )
         runner_info = {
             "kv_layout": runner.kv_layout,
             "shared_weights": runner.shared_weights,
             "kv_capacity_tokens": runner.capacity_tokens,
             "block_size": runner.block_size,
+            "mixed_steps": "CUDA graph (whole step)" if mixed_graphs else "eager",
             "weight_gib": round(runner.weight_bytes / 2**30, 2),
         }
         counts["steps"] = M.profile_steps(out, runner, deadlines["steps"])
@@ -328,6 +344,7 @@ def run_profile(
     feat = varlen_features()
     meta = {
         "schema_version": 1,
+        **({"variant": "mixed_graphs"} if mixed_graphs else {}),
         "gpu": {
             "key": gpu_key(props.name),
             "name": str(props.name),

@@ -598,7 +598,10 @@ def profile_steps(
             row = {
                 "step_id": sid,
                 "kind": comp["kind"],
-                "cuda_graph": 1 if (not prefills and runner.use_cuda_graphs) else 0,
+                "cuda_graph": int(
+                    runner.use_cuda_graphs
+                    and (not prefills or getattr(runner, "mixed_graphs", False))
+                ),
                 "prefill_tokens": sum(c for _, c, _ in prefills),
                 "prefill_attn": sum(chunk_attn_pairs(c, b) for _, c, b in prefills),
                 "prefill_seqs": len(prefills),

@@ -72,9 +72,12 @@ class Table:
 
     @property
     def label(self) -> str:
-        """``<gpu>/<model>_tp<k>`` as used in the latency model's name."""
+        """``<gpu>/<model>_tp<k>[+<variant>]`` as used in the latency model's name (a variant,
+        e.g. ``mixed_graphs``, says the whole steps were timed differently)."""
         gpu = str(self.meta.get("gpu", {}).get("key", "gpu"))
-        return f"{gpu}/{self.meta['model']['name']}_tp{self.meta['tp']}"
+        variant = self.meta.get("variant")
+        tail = f"+{variant}" if variant else ""
+        return f"{gpu}/{self.meta['model']['name']}_tp{self.meta['tp']}{tail}"
 
 
 def _num(value: str, where: str, key: str) -> float:

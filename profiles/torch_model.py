@@ -115,6 +115,7 @@ class StepRunner:
         headroom_gib: float = 10.0,
         seed: int = 0,
         layout: str = "auto",
+        mixed_graphs: bool = False,
     ):
         import torch
 
@@ -127,6 +128,8 @@ class StepRunner:
         self.max_seqs = max_seqs
         self.max_tokens = max_tokens
         self.use_cuda_graphs = use_cuda_graphs
+        self.mixed_graphs = mixed_graphs
+        self._mixed = None  # (composition key, graph, static inputs) of the last mixed step
         self.max_model_len = max_model_len or getattr(model_spec, "max_model_len", 131072)
         self.gen = torch.Generator(device="cuda")
         self.gen.manual_seed(seed)
@@ -421,6 +424,8 @@ class StepRunner:
         with torch.inference_mode():
             if not prefills and self.use_cuda_graphs and len(decodes) <= CAPTURE_SIZES[-1]:
                 return self._run_graph(decodes, block_tables)
+            if prefills and self.mixed_graphs:
+                return self._run_mixed_graph(prefills, decodes, block_tables)
             args = self.prepare(prefills, decodes, block_tables)
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             s.record()
@@ -506,8 +511,43 @@ class StepRunner:
         e.synchronize()
         return s.elapsed_time(e) * 1e-3
 
+    # ---- whole-step CUDA graphs for mixed steps (opt-in, profiling) ---------------------------
+
+    def _run_mixed_graph(self, prefills, decodes, block_tables) -> float:
+        """Time one mixed step as a replayed whole-step CUDA graph (``mixed_graphs=True``).
+
+        The graph is captured the first time a composition is seen and replayed while the same
+        composition repeats; one is cached at a time (its private memory pool is freed with
+        it). This is a profiling mode: it times what an engine that graph-captures mixed steps
+        (vLLM v1's full CUDA graphs) pays, without the eager launch floor. A serving run, where
+        every step differs, would need piecewise graphs per token bucket instead.
+        """
+        torch = self.torch
+        key = (tuple(prefills), tuple(decodes)) if block_tables is None else None
+        if key is None or self._mixed is None or self._mixed[0] != key:
+            self._mixed = None
+            args = self.prepare(prefills, decodes, block_tables)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self._forward(*args)  # warm-up outside capture (allocator, cuBLAS workspaces)
+            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                self._forward(*args)
+            self._mixed = (key, graph, args)
+        graph = self._mixed[1]
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        graph.replay()
+        e.record()
+        e.synchronize()
+        return s.elapsed_time(e) * 1e-3
+
     def close(self) -> None:
         """Free GPU memory (graphs, KV cache, weights)."""
+        self._mixed = None
         self.graphs.clear()
         self.layers = []
         self.kv = None

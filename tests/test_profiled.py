@@ -482,3 +482,20 @@ def test_wave_aware_prefill_is_monotone(tmp_path):
             cur = m._prefill_time(1, c, chunk_attn_pairs(c, b))
             assert cur >= prev, (c, b)
             prev = cur
+
+
+def test_table_variant_is_named(tmp_path):
+    path = make_table(str(tmp_path / "v_tp1"), meta_extra={"variant": "mixed_graphs"})
+    assert ProfileLatencyModel(path, SPEC, tp=1).name == "profile:toygpu/toy_tp1+mixed_graphs"
+
+
+def test_shipped_mixed_graphs_table_meets_the_floor():
+    path = os.path.join(os.path.dirname(HERE), "profiles", "h200", "mixed_graphs", "llama-3-8b_tp1")
+    if not os.path.isdir(path):
+        pytest.skip("mixed-graphs table not present")
+    spec = SimpleNamespace(name="llama-3-8b", num_layers=32, hidden_size=4096)
+    m = ProfileLatencyModel(path, spec, tp=1)
+    assert m.name.endswith("+mixed_graphs")
+    ho = m.describe()["heldout"]
+    assert ho["test_steps"] >= 30
+    assert ho["median_abs_err"] <= 0.05 and ho["p95_abs_err"] <= 0.10
