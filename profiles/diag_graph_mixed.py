@@ -1,8 +1,8 @@
 """Eager vs whole-step CUDA graph for every mixed composition of the profiler (GPU only).
 
 Usage: ``python -m profiles.diag_graph_mixed MODEL TP`` (writes ``$OUT/graphs_MODEL_tpTP.json``).
-Each mixed composition of ``step_compositions`` runs eagerly (median and p10 of 8, as
-``StepRunner.run_step``) and as one captured CUDA graph of the same forward (median and min of 8
+Each mixed composition of ``step_compositions`` runs eagerly (median and p10 of 8) and as one
+captured CUDA graph of the same forward (``StepRunner(mixed_graphs=True)``, median and min of 8
 replays), so the launch floor and its noise can be read off (profiles/README.md, "What would fix
 the rest"). Not part of ``servesim profile``: the tables still time mixed steps eagerly.
 """
@@ -14,33 +14,6 @@ import os
 import random
 import statistics as st
 import sys
-
-
-def _graph_times(runner, prefills, decodes, n: int = 8) -> list[float]:
-    """Capture one step's forward as a CUDA graph and time n replays (ms, sorted)."""
-    import torch
-
-    args = runner.prepare(prefills, decodes)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        runner._forward(*args)  # warm-up outside capture (allocator, cuBLAS workspaces)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        runner._forward(*args)
-    graph.replay()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(n):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        out.append(start.elapsed_time(end))
-    return sorted(out)
 
 
 def main(argv: list[str]) -> int:
@@ -66,7 +39,12 @@ def main(argv: list[str]) -> int:
                 for _ in range(2):
                     runner.run_step(pre, dec)
                 eager = sorted(runner.run_step(pre, dec) * 1e3 for _ in range(8))
-                graph = _graph_times(runner, pre, dec)
+                runner.mixed_graphs = True  # the first call captures, the rest replay
+                try:
+                    runner.run_step(pre, dec)
+                    graph = sorted(runner.run_step(pre, dec) * 1e3 for _ in range(8))
+                finally:
+                    runner.mixed_graphs = False
                 row.update(eager_med=st.median(eager), eager_p10=eager[1])
                 row.update(graph_med=st.median(graph), graph_min=graph[0])
             except (RuntimeError, ValueError) as e:

@@ -416,6 +416,16 @@ class StepRunner:
         pre = self._attn_meta(seqs, kv_lens, tables, n_dec, len(seqs))
         return ids, pos, sl, logit_rows, dec, pre
 
+    def _timed(self, fn) -> float:
+        """Seconds of GPU time fn() takes, by CUDA events recorded around it."""
+        torch = self.torch
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        return s.elapsed_time(e) * 1e-3
+
     def run_step(self, prefills, decodes, block_tables=None) -> float:
         """Run one step; returns its GPU time in seconds (CUDA events, sampling included)."""
         torch = self.torch
@@ -427,12 +437,7 @@ class StepRunner:
             if prefills and self.mixed_graphs:
                 return self._run_mixed_graph(prefills, decodes, block_tables)
             args = self.prepare(prefills, decodes, block_tables)
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            self._forward(*args)
-            e.record()
-            e.synchronize()
-            return s.elapsed_time(e) * 1e-3
+            return self._timed(lambda: self._forward(*args))
 
     # ---- CUDA graphs for decode-only steps ---------------------------------------------------
 
@@ -504,12 +509,7 @@ class StepRunner:
                 torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32)
             )
         torch.cuda.synchronize()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        g.replay()
-        e.record()
-        e.synchronize()
-        return s.elapsed_time(e) * 1e-3
+        return self._timed(g.replay)
 
     # ---- whole-step CUDA graphs for mixed steps (opt-in, profiling) ---------------------------
 
@@ -537,13 +537,7 @@ class StepRunner:
             with torch.cuda.graph(graph):
                 self._forward(*args)
             self._mixed = (key, graph, args)
-        graph = self._mixed[1]
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        graph.replay()
-        e.record()
-        e.synchronize()
-        return s.elapsed_time(e) * 1e-3
+        return self._timed(self._mixed[1].replay)
 
     def close(self) -> None:
         """Free GPU memory (graphs, KV cache, weights)."""
