@@ -22,11 +22,7 @@ def token_grid(max_tokens: int = 16384) -> list[int]:
     pow2 = [2**i for i in range(0, 15) if 2**i <= max_tokens]
     mid = [3 * 2**i for i in range(0, 14) if 3 * 2**i <= max_tokens and 3 * 2**i not in pow2]
     extra = [t for t in (24, 40, 80, 160, 320, 640, 1280, 2560, 5120, 10240) if t <= max_tokens]
-    out = []
-    for t in pow2 + mid + extra:
-        if t not in out:
-            out.append(t)
-    return out
+    return list(dict.fromkeys(pow2 + mid + extra))
 
 
 class Progress:
@@ -303,11 +299,7 @@ def decode_grid(max_batch: int = 512) -> list[tuple[int, int, int, int]]:
                     pts.append((b, k, 1 if b > 1 else 0, 0))
     # the causal path, once, for the record (DESIGN.md: much slower on H100 for query length 1)
     pts.extend([(32, 32 * 2048, 1, 1), (128, 128 * 2048, 1, 1)])
-    out = []
-    for p in pts:
-        if p not in out:
-            out.append(p)
-    return out
+    return list(dict.fromkeys(pts))  # without repeats, in first-seen (coarse-first) order
 
 
 def profile_attn_decode(out: str, sh: Shapes, deadline: float, bench: AttnBench) -> int:
@@ -361,11 +353,7 @@ def prefill_grid(max_tokens: int = 16384) -> list[tuple[int, int, int]]:
                 for b in ctxs:
                     if s * c <= max_tokens and s * (b + c) <= 262144:
                         pts.append((s, c, b))
-    out = []
-    for p in pts:
-        if p not in out:
-            out.append(p)
-    return out
+    return list(dict.fromkeys(pts))  # without repeats, in first-seen (coarse-first) order
 
 
 def profile_attn_prefill(out: str, sh: Shapes, deadline: float, bench: AttnBench) -> int:
@@ -598,10 +586,7 @@ def profile_steps(
             row = {
                 "step_id": sid,
                 "kind": comp["kind"],
-                "cuda_graph": int(
-                    runner.use_cuda_graphs
-                    and (not prefills or getattr(runner, "mixed_graphs", False))
-                ),
+                "cuda_graph": int(runner.uses_graph(prefills, decodes)),
                 "prefill_tokens": sum(c for _, c, _ in prefills),
                 "prefill_attn": sum(chunk_attn_pairs(c, b) for _, c, b in prefills),
                 "prefill_seqs": len(prefills),

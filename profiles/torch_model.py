@@ -426,16 +426,22 @@ class StepRunner:
         e.synchronize()
         return s.elapsed_time(e) * 1e-3
 
+    def uses_graph(self, prefills, decodes) -> bool:
+        """Whether ``run_step`` runs this step as a CUDA graph (else eagerly)."""
+        if prefills:
+            return self.mixed_graphs
+        return self.use_cuda_graphs and 0 < len(decodes) <= CAPTURE_SIZES[-1]
+
     def run_step(self, prefills, decodes, block_tables=None) -> float:
         """Run one step; returns its GPU time in seconds (CUDA events, sampling included)."""
         torch = self.torch
         if not prefills and not decodes:
             return 0.0
         with torch.inference_mode():
-            if not prefills and self.use_cuda_graphs and len(decodes) <= CAPTURE_SIZES[-1]:
+            if self.uses_graph(prefills, decodes):
+                if prefills:
+                    return self._run_mixed_graph(prefills, decodes, block_tables)
                 return self._run_graph(decodes, block_tables)
-            if prefills and self.mixed_graphs:
-                return self._run_mixed_graph(prefills, decodes, block_tables)
             args = self.prepare(prefills, decodes, block_tables)
             return self._timed(lambda: self._forward(*args))
 

@@ -23,6 +23,9 @@ class FakeRunner:
         self.calls: list[tuple] = []
         self.fail_after = fail_after
 
+    def uses_graph(self, prefills, decodes):
+        return not prefills
+
     def run_step(self, prefills, decodes):
         if self.fail_after is not None and len(self.calls) >= self.fail_after:
             raise KeyboardInterrupt  # an interrupted profiling run

@@ -22,7 +22,7 @@ Step time (seconds) = ``base + mixed * [prefill_tokens > 0] + gamma * ops + allr
   chunk ``T_p / s`` and mean cached context ``A / T_p - (chunk + 1) / 2``: linear in context,
   log-log in number of sequences, and in chunk length linear in ``waves * (context + chunk)``
   with ``waves = ceil(s * ceil(chunk / 128) * heads / SMs)`` (the kernel's time steps with
-  waves of 128-row query tiles over the SMs; see ``_chunk_weight``);
+  waves of 128-row query tiles over the SMs; see ``_prefill_time``);
 * ``allreduce`` = 2 per layer at T tokens, from ``allreduce.csv`` when measured, else a ring
   estimate (said in ``describe()['warnings']``).
 
@@ -489,7 +489,7 @@ class ProfileLatencyModel:
         # in ctx; the larger of its values at ctx and at 0 keeps the result non-decreasing in
         # context. Without the GPU's SM count: log-log in c.
         c0, c1 = cs[j], cs[j + 1]
-        tiles = -(-c // ATTN_Q_TILE) * self._heads  # query-tile CTAs of one chunk
+        tiles = -(-c // ATTN_Q_TILE) * self._heads  # query-tile CTAs of one chunk (as _waves)
         out = []
         for ii in (i, i + 1):
             r0, r1 = cube[ii][j], cube[ii][j + 1]
@@ -692,22 +692,24 @@ class ProfileLatencyModel:
             out.append(abs(self.predict_row(r) / _measured(r) - 1.0))
         return out
 
+    def _row_parts(self, r: dict) -> tuple[float, float]:
+        """(calibrated op sum, eager floor or 0) of a steps.csv row (all-reduce left out where
+        the row did not have it); the prediction is their maximum."""
+        ops, mixed = self._step_features(r)
+        lin = self.base + self.mixed * min(mixed, 1) + self.gamma * ops
+        if not mixed:
+            return lin, 0.0
+        return lin, self.eager_floor_dec if mixed == 2 else self.eager_floor
+
     def launch_bound(self, r: dict) -> bool:
         """True when the fitted eager floor, not the op sum, sets this row's prediction."""
-        ops, mixed = self._step_features(r)
-        if not mixed:
-            return False
-        floor = self.eager_floor_dec if mixed == 2 else self.eager_floor
-        return floor > self.base + self.mixed + self.gamma * ops
+        lin, floor = self._row_parts(r)
+        return floor > lin
 
     def predict_row(self, r: dict) -> float:
         """Prediction for a steps.csv row (all-reduce left out where the row did not have it)."""
-        ops, mixed = self._step_features(r)
-        out = self.base + self.mixed * min(mixed, 1) + self.gamma * ops
-        if mixed:
-            floor = self.eager_floor_dec if mixed == 2 else self.eager_floor
-            out = max(out, floor)
-        return out
+        lin, floor = self._row_parts(r)
+        return max(lin, floor)
 
     def describe(self) -> dict:
         meta = self.table.meta
@@ -742,13 +744,14 @@ def heldout_report(model: ProfileLatencyModel, test_rows: list[dict], worst: int
     """Median / p95 / max relative error on steps the model was not fitted on, worst first."""
     if not test_rows:
         return {"test_steps": 0}
-    errs, vs_p10 = [], []
+    errs, vs_p10, bound = [], [], []
     for r in test_rows:
-        pred = model.predict_row(r)
+        lin, floor = model._row_parts(r)
+        pred = max(lin, floor)
         errs.append((pred / _measured(r) - 1.0, r, pred))
         vs_p10.append(abs(pred / _measured(r, "p10_us") - 1.0))
+        bound.append(floor > lin)
     absv = [abs(e[0]) for e in errs]
-    bound = [model.launch_bound(r) for _, r, _ in errs]
     by_bound = {}
     for name, want in (("gpu_bound", False), ("launch_bound", True)):
         sub = [a for a, b in zip(absv, bound, strict=True) if b == want]
