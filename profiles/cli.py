@@ -2,10 +2,13 @@
 
 Forms (argv excludes the word "profile"):
 
-* ``--model NAME --tp K --out DIR [--budget-minutes M] [--resume] [--skip-steps] [--mixed-graphs]``
-  measures every op family and whole steps on the local GPU into DIR (resumable: with
-  ``--resume`` rows already in DIR are kept and skipped; without it DIR must be empty or absent;
-  ``--mixed-graphs`` times mixed whole steps as replayed CUDA graphs instead of eagerly);
+* ``--model NAME --tp K --out DIR [--budget-minutes M] [--resume] [--skip-steps]
+  [--mixed-mode piecewise|eager|full]`` measures every op family and whole steps on the local
+  GPU into DIR (resumable: with ``--resume`` rows already in DIR are kept and skipped; without it
+  DIR must be empty or absent). ``--mixed-mode`` says how whole mixed steps run: piecewise CUDA
+  graphs with eager attention (the default, as vLLM v1), eager, or one whole-step graph per
+  composition; the table's meta.yaml records it and the latency model's name carries it as a
+  variant (``+eager``, ``+mixed_graphs``) when it is not the default;
 * ``report DIR``: error of the latency model on the whole steps it was not fitted on;
 * ``diff OLD NEW [--threshold 0.1]``: per-op relative change of the median times.
 
@@ -21,7 +24,16 @@ import subprocess
 import sys
 import time
 
+from profiles.torch_model import MIXED_MODES
 from simulator.errors import ConfigError
+
+#: meta.yaml's description of each mixed-step mode, and the table variant it names
+MIXED_STEPS_NOTE = {
+    "piecewise": "piecewise CUDA graphs per padded token count, attention eager (vLLM v1)",
+    "eager": "eager",
+    "full": "CUDA graph (whole step)",
+}
+VARIANTS = {"piecewise": None, "eager": "eager", "full": "mixed_graphs"}
 
 # share of the budget per phase; unused time carries over to the next phase
 PHASES = (
@@ -231,9 +243,17 @@ def _profile(argv: list[str]) -> int:
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--skip-steps", action="store_true", help="op tables only")
     ap.add_argument(
-        "--mixed-graphs",
+        "--redo-steps",
         action="store_true",
-        help="time mixed whole steps as replayed CUDA graphs (no eager launch floor)",
+        help="with --resume: keep the op tables, re-time every whole step (e.g. in another "
+        "--mixed-mode); the steps' recorded profiling time is replaced, not added to",
+    )
+    ap.add_argument(
+        "--mixed-mode",
+        choices=MIXED_MODES,
+        default="piecewise",
+        help="how mixed steps run: piecewise CUDA graphs with eager attention (vLLM v1's "
+        "default), eager, or one whole-step graph per composition (full)",
     )
     ap.add_argument("--max-tokens", type=int, default=16384)
     a = ap.parse_args(argv)
@@ -253,9 +273,18 @@ def _profile(argv: list[str]) -> int:
         return 2
     if os.path.isdir(a.out) and os.listdir(a.out) and not a.resume:
         raise ConfigError(a.out, "--out", "directory is not empty (use --resume to continue)")
+    if a.redo_steps and (a.skip_steps or not a.resume):
+        raise ConfigError("<cli>", "--redo-steps", "needs --resume and no --skip-steps")
     os.makedirs(a.out, exist_ok=True)
     return run_profile(
-        spec, a.tp, a.out, a.budget_minutes * 60, a.skip_steps, a.max_tokens, a.mixed_graphs
+        spec,
+        a.tp,
+        a.out,
+        a.budget_minutes * 60,
+        a.skip_steps,
+        a.max_tokens,
+        a.mixed_mode,
+        redo_steps=a.redo_steps,
     )
 
 
@@ -266,7 +295,8 @@ def run_profile(
     budget_s: float,
     skip_steps: bool,
     max_tokens: int = 16384,
-    mixed_graphs: bool = False,
+    mixed_mode: str = "piecewise",
+    redo_steps: bool = False,
 ) -> int:
     import torch
 
@@ -279,6 +309,12 @@ def run_profile(
     times: dict[str, float] = {}
     counts: dict[str, int] = {}
     prev = _read_prev_meta(out)
+    replaced = set()
+    if redo_steps:
+        steps_csv = os.path.join(out, "steps.csv")
+        if os.path.exists(steps_csv):
+            os.remove(steps_csv)
+        replaced.add("steps")
     acc = 0.0
     deadlines = {}
     for name, frac in PHASES:
@@ -295,7 +331,7 @@ def run_profile(
                 counts[name] = M.profile_elementwise(out, sh, deadlines[name], grid)
             else:
                 free = torch.cuda.mem_get_info()[0]
-                pool_tokens = min(2**21, int(free * 0.5) // (sh.KVH * sh.D * 2 * 2))
+                pool_tokens = min(2**22, int(free * 0.5) // (sh.KVH * sh.D * 2 * 2))
                 bench = M.AttnBench(sh, pool_tokens)
                 fn = M.profile_attn_decode if name == "attn_decode" else M.profile_attn_prefill
                 counts[name] = fn(out, sh, deadlines[name], bench)
@@ -324,14 +360,23 @@ def run_profile(
             max_seqs=512,
             max_tokens=max_tokens,
             max_model_len=max(getattr(spec, "max_model_len", 8192), 65536),
-            mixed_graphs=mixed_graphs,
+            mixed_mode=mixed_mode,
         )
         runner_info = {
             "kv_layout": runner.kv_layout,
             "shared_weights": runner.shared_weights,
             "kv_capacity_tokens": runner.capacity_tokens,
             "block_size": runner.block_size,
-            "mixed_steps": "CUDA graph (whole step)" if mixed_graphs else "eager",
+            "mixed_steps": MIXED_STEPS_NOTE[mixed_mode],
+            "mixed_mode": mixed_mode,
+            **(
+                {
+                    "piecewise_sizes": list(runner.piecewise.sizes),
+                    "piecewise_capture_s": round(runner.piecewise.capture_s, 1),
+                }
+                if runner.piecewise
+                else {}
+            ),
             "weight_gib": round(runner.weight_bytes / 2**30, 2),
         }
         counts["steps"] = M.profile_steps(out, runner, deadlines["steps"])
@@ -344,7 +389,7 @@ def run_profile(
     feat = varlen_features()
     meta = {
         "schema_version": 1,
-        **({"variant": "mixed_graphs"} if mixed_graphs else {}),
+        **({"variant": VARIANTS[mixed_mode]} if VARIANTS.get(mixed_mode) else {}),
         "gpu": {
             "key": gpu_key(props.name),
             "name": str(props.name),
@@ -385,14 +430,14 @@ def run_profile(
         "git_commit": _git_commit(),
         "grid": {
             "gemm_tokens": f"{len(grid)} points in 1..{max_tokens} (powers of 2, 1.5x, multiples)",
-            "attn_decode": "batch 1..512 x total context 512..524288 (uneven contexts, batch>=2)",
-            "attn_prefill": "seqs {1,4,16} x chunk 16..16384 (powers of 2 and 1.5x) "
+            "attn_decode": "batch 1..512 x total context 512..2097152 (uneven contexts, batch>=2)",
+            "attn_prefill": "seqs {1,2,4,8,16} x chunk 16..16384 (powers of 2 and 1.5x) "
             "x context_before 0..32768",
-            "steps": "decode-only (CUDA graphs) and mixed prefill+decode (eager): a hand-picked "
-            "grid plus seeded random compositions, interleaved rounds; 1/3 held out",
+            "steps": f"decode-only (CUDA graphs) and mixed prefill+decode ({mixed_mode}): a "
+            "hand-picked grid plus seeded random compositions, interleaved rounds; 1/3 held out",
         },
         "points_measured_this_run": counts,
-        "time_taken_s": _merge_times(prev, times, total),
+        "time_taken_s": _merge_times(prev, times, total, replaced),
     }
     import yaml
 
@@ -425,9 +470,13 @@ def _read_prev_meta(out: str) -> dict:
         return {}
 
 
-def _merge_times(prev: dict, times: dict, total: float) -> dict:
-    """Accumulate time over resumed runs so the table records its whole profiling cost."""
-    old = (prev.get("time_taken_s") or {}) if isinstance(prev, dict) else {}
+def _merge_times(prev: dict, times: dict, total: float, replaced: set = frozenset()) -> dict:
+    """Accumulate time over resumed runs so the table records its whole profiling cost; the
+    phases in ``replaced`` were measured afresh (``--redo-steps``): their earlier time leaves
+    the total and this run's takes its place."""
+    old = dict((prev.get("time_taken_s") or {}) if isinstance(prev, dict) else {})
+    for k in replaced:
+        old["total"] = (old.get("total") or 0) - (old.pop(k, 0) or 0)
     out = {}
     for k in set(old) | set(times) | {"total"}:
         v = (old.get(k) or 0) + (total if k == "total" else times.get(k, 0))

@@ -2,9 +2,9 @@
 
 Usage: ``python -m profiles.diag_graph_mixed MODEL TP`` (writes ``$OUT/graphs_MODEL_tpTP.json``).
 Each mixed composition of ``step_compositions`` runs eagerly (median and p10 of 8) and as one
-captured CUDA graph of the same forward (``StepRunner(mixed_graphs=True)``, median and min of 8
-replays), so the launch floor and its noise can be read off (profiles/README.md, "What would fix
-the rest"). Not part of ``servesim profile``: the tables still time mixed steps eagerly.
+captured CUDA graph of the same forward (``mixed_mode="full"``, median and min of 8 replays) and
+as piecewise graphs with eager attention (``mixed_mode="piecewise"``, median of 8), so the launch
+floor, its noise and what piecewise graphs leave of it can be read off (profiles/README.md).
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ def main(argv: list[str]) -> int:
 
     name, tp = argv[0], int(argv[1])
     spec = load_model(name, "<diag>", "model")
-    runner = StepRunner(spec, tp=tp, max_seqs=512, max_tokens=16384, max_model_len=65536)
+    runner = StepRunner(
+        spec, tp=tp, max_seqs=512, max_tokens=16384, max_model_len=65536, mixed_mode="piecewise"
+    )
     comps = step_compositions(runner.capacity_tokens, runner.max_tokens, runner.max_model_len)
     rng = random.Random(3)  # the profiler's seed: the same decode contexts as steps.csv
     batches = {c["step_id"]: _step_batch(c, rng) for c in comps}
@@ -36,17 +38,17 @@ def main(argv: list[str]) -> int:
             pre, dec = batches[c["step_id"]]
             row = {"step_id": c["step_id"], "prefills": c["prefills"], "decodes": c["decodes"]}
             try:
-                for _ in range(2):
-                    runner.run_step(pre, dec)
-                eager = sorted(runner.run_step(pre, dec) * 1e3 for _ in range(8))
-                runner.mixed_graphs = True  # the first call captures, the rest replay
-                try:
-                    runner.run_step(pre, dec)
-                    graph = sorted(runner.run_step(pre, dec) * 1e3 for _ in range(8))
-                finally:
-                    runner.mixed_graphs = False
-                row.update(eager_med=st.median(eager), eager_p10=eager[1])
-                row.update(graph_med=st.median(graph), graph_min=graph[0])
+                times = {}
+                for mode in ("eager", "piecewise", "full"):  # "full": first call captures
+                    runner.mixed_mode = mode
+                    for _ in range(2):
+                        runner.run_step(pre, dec)
+                    times[mode] = sorted(runner.run_step(pre, dec) * 1e3 for _ in range(8))
+                runner.mixed_mode = "piecewise"
+                runner._mixed = None
+                row.update(eager_med=st.median(times["eager"]), eager_p10=times["eager"][1])
+                row.update(piece_med=st.median(times["piecewise"]), piece_min=times["piecewise"][0])
+                row.update(graph_med=st.median(times["full"]), graph_min=times["full"][0])
             except (RuntimeError, ValueError) as e:
                 row["error"] = str(e)[:80]
             rows.append(row)

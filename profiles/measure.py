@@ -291,8 +291,20 @@ def decode_grid(max_batch: int = 512) -> list[tuple[int, int, int, int]]:
     bs_mid = [b for b in (3, 6, 12, 24, 48, 96, 192, 384) if b <= max_batch]
     ks_coarse = [512, 2048, 8192, 32768, 131072, 524288]
     ks_fine = [1024, 4096, 16384, 65536, 262144]
+    # more batch points where the kernel's waves turn over (batch x kv heads crossing multiples
+    # of the SM count: the held-out steps between 64 and 96 or 21 padded to 32 were 14-19% off)
+    # and totals past 512k for large batches (steps of 83-160 sequences at 6-8k mean context
+    # lay beyond the grid and were extrapolated)
+    bs_extra = [b for b in (20, 40, 56, 80, 112, 160) if b <= max_batch]
+    ks_big = [1048576, 2097152]
     pts = []
-    for bl, ks in ((bs, ks_coarse), (bs, ks_fine), (bs_mid, ks_coarse + ks_fine)):
+    for bl, ks in (
+        (bs, ks_coarse),
+        (bs, ks_fine),
+        (bs_mid, ks_coarse + ks_fine),
+        (bs_extra, ks_coarse + ks_fine),
+        ([b for b in bs + bs_mid + bs_extra if b >= 64], ks_big),
+    ):
         for b in bl:
             for k in ks:
                 if k >= b:
@@ -302,34 +314,47 @@ def decode_grid(max_batch: int = 512) -> list[tuple[int, int, int, int]]:
     return list(dict.fromkeys(pts))  # without repeats, in first-seen (coarse-first) order
 
 
-def profile_attn_decode(out: str, sh: Shapes, deadline: float, bench: AttnBench) -> int:
-    grid = decode_grid()
-    done = tbl.done_keys(out, "attn_decode.csv", ("batch", "total_ctx", "uneven", "causal"))
-    todo = [p for p in grid if p not in done]
+def _bench_points(out, name, keys, todo, deadline, bench, shapes, cap, max_s=None) -> int:
+    """Time each point of ``todo`` (tuples of ``keys``) with the attention bench and append
+    its row to ``out/name``. ``shapes(point) -> (qlens, klens, causal, bytes)``; ``bytes``
+    (KV and query read) sizes the rotations over fresh memory (at most ``cap``)."""
     if not todo:
         return 0
-    bar = Progress("attn_decode", len(todo))
-    rng = random.Random(1)
-    kv_tok_bytes = sh.KVH * sh.D * 2 * 2
+    bar = Progress(name.removesuffix(".csv"), len(todo))
     count = 0
-    for b, k, uneven, causal in todo:
+    for point in todo:
         if time.time() > deadline:
             break
-        klens = uneven_lengths(k, b, rng) if uneven else [k // b] * b
-        r = rotations(k * kv_tok_bytes, cap=8)
-        r = max(1, min(r, bench.nb * bench.bs // max(1, k + b * bench.bs)))
+        qlens, klens, causal, nbytes = shapes(point)
+        r = rotations(nbytes, cap=cap)
+        r = max(1, min(r, bench.nb * bench.bs // max(1, sum(klens) + len(klens) * bench.bs)))
+        label = " ".join(f"{k}={v}" for k, v in zip(keys, point, strict=True))
         try:
-            calls = [bench.call([1] * b, klens, bool(causal)) for _ in range(r)]
-            res = time_calls(calls)
+            calls = [bench.call(qlens, klens, causal) for _ in range(r)]
+            res = time_calls(calls) if max_s is None else time_calls(calls, max_s=max_s)
         except (ValueError, RuntimeError) as e:
-            bar.step(f"skip B={b} K={k}: {str(e)[:30]}")
+            bar.step(f"skip {label}: {str(e)[:30]}")
             continue
-        row = {"batch": b, "total_ctx": k, "uneven": uneven, "causal": causal, **res}
-        tbl.append_row(out, "attn_decode.csv", row)
+        tbl.append_row(out, name, {**dict(zip(keys, point, strict=True)), **res})
         count += 1
-        bar.step(f"B={b} K={k} {res['median_us']:.1f}us")
+        bar.step(f"{label} {res['median_us']:.1f}us")
     bar.close()
     return count
+
+
+def profile_attn_decode(out: str, sh: Shapes, deadline: float, bench: AttnBench) -> int:
+    """Decode attention over (batch, total context)."""
+    kv_tok = sh.KVH * sh.D * 2 * 2
+    keys = ("batch", "total_ctx", "uneven", "causal")
+    done = tbl.done_keys(out, "attn_decode.csv", keys)
+
+    def plain(p):
+        b, k, uneven, causal = p
+        klens = uneven_lengths(k, b) if uneven else [k // b] * b
+        return [1] * b, klens, bool(causal), k * kv_tok
+
+    todo = [p for p in decode_grid() if p not in done]
+    return _bench_points(out, "attn_decode.csv", keys, todo, deadline, bench, plain, cap=8)
 
 
 def prefill_grid(max_tokens: int = 16384) -> list[tuple[int, int, int]]:
@@ -348,7 +373,7 @@ def prefill_grid(max_tokens: int = 16384) -> list[tuple[int, int, int]]:
         (chunks_c + chunks_f, ctx_f),
         (chunks_m, ctx_c + ctx_f),
     ):
-        for s in (1, 4, 16):
+        for s in (1, 4, 16, 2, 8):  # 2 and 8 last: added in session 3, resumed onto old tables
             for c in chunks:
                 for b in ctxs:
                     if s * c <= max_tokens and s * (b + c) <= 262144:
@@ -357,31 +382,18 @@ def prefill_grid(max_tokens: int = 16384) -> list[tuple[int, int, int]]:
 
 
 def profile_attn_prefill(out: str, sh: Shapes, deadline: float, bench: AttnBench) -> int:
-    grid = prefill_grid()
-    done = tbl.done_keys(out, "attn_prefill.csv", ("seqs", "chunk", "context_before"))
-    todo = [p for p in grid if p not in done]
-    if not todo:
-        return 0
-    bar = Progress("attn_prefill", len(todo))
-    kv_tok_bytes = sh.KVH * sh.D * 2 * 2
-    count = 0
-    for s, c, b in todo:
-        if time.time() > deadline:
-            break
-        k = s * (b + c)
-        r = rotations(k * kv_tok_bytes + s * c * sh.H * sh.D * 2, cap=4)
-        try:
-            calls = [bench.call([c] * s, [b + c] * s, True) for _ in range(r)]
-            res = time_calls(calls, max_s=0.3)
-        except (ValueError, RuntimeError) as e:
-            bar.step(f"skip s={s} c={c}: {str(e)[:30]}")
-            continue
-        row = {"seqs": s, "chunk": c, "context_before": b, **res}
-        tbl.append_row(out, "attn_prefill.csv", row)
-        count += 1
-        bar.step(f"s={s} c={c} b={b} {res['median_us']:.1f}us")
-    bar.close()
-    return count
+    keys = ("seqs", "chunk", "context_before")
+    done = tbl.done_keys(out, "attn_prefill.csv", keys)
+    kv_tok = sh.KVH * sh.D * 2 * 2
+
+    def shapes(p):
+        s, c, b = p
+        return [c] * s, [b + c] * s, True, s * (b + c) * kv_tok + s * c * sh.H * sh.D * 2
+
+    todo = [p for p in prefill_grid() if p not in done]
+    return _bench_points(
+        out, "attn_prefill.csv", keys, todo, deadline, bench, shapes, cap=4, max_s=0.3
+    )
 
 
 # ---- whole steps ---------------------------------------------------------------------------

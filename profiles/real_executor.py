@@ -9,7 +9,10 @@ computed ahead).
 Per step: the plan is translated (`profiles.step_batch.plan_to_batch`: prefill chunks with their
 cached context, the whole decode set, single-token chunks as decodes, the simulator's block
 tables) and run by `profiles.torch_model.StepRunner` (random-weight model of the experiment's
-shape; decode-only steps as CUDA graphs, mixed steps eagerly).
+shape; decode-only steps as CUDA graphs; mixed steps as piecewise CUDA graphs with eager
+attention up to 512 tokens and eagerly above, as vLLM v1 runs them, by default: ``mixed_mode``
+must match how the table being validated timed its whole steps, its meta.yaml's
+``step_runner.mixed_mode``). The piecewise graphs are captured once, when the runner is built.
 
 What the returned time includes (``time_mode="wall"``, the default): host wall-clock from the
 start of the translation to the end of the step's GPU work: building the step's metadata lists,
@@ -63,6 +66,7 @@ class RealGPUExecutor:
         max_tokens: int = 65536,
         max_seqs: int = 512,
         pause_gc: bool = True,
+        mixed_mode: str = "piecewise",
     ):
         """``runner``: an existing StepRunner to reuse (weights, cache and captured graphs are
         expensive; one runner serves many runs if its cache is at least ``kv_num_blocks``).
@@ -78,8 +82,10 @@ class RealGPUExecutor:
                 model_spec, tp=tp, num_blocks=kv_num_blocks + max_seqs // block_size + 1,
                 block_size=block_size,
                 max_tokens=max_tokens, max_seqs=max_seqs,
-                max_model_len=getattr(model_spec, "max_model_len", None),
+                max_model_len=getattr(model_spec, "max_model_len", None), mixed_mode=mixed_mode,
             )  # fmt: skip
+        if runner.mixed_mode != mixed_mode:
+            raise ValueError(f"runner runs mixed steps {runner.mixed_mode}, not {mixed_mode}")
         if runner.block_size != block_size or runner.num_blocks < kv_num_blocks:
             raise ValueError(
                 f"runner cache ({runner.num_blocks} x {runner.block_size}) does not hold the "
@@ -136,4 +142,6 @@ class RealGPUExecutor:
             "block_size": r.block_size,
             "shared_weights": r.shared_weights,
             "cuda_graphs": r.use_cuda_graphs,
+            "mixed_mode": r.mixed_mode,
+            **({"piecewise_sizes": list(r.piecewise.sizes)} if r.piecewise else {}),
         }

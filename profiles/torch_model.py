@@ -40,6 +40,11 @@ import inspect
 import math
 
 CAPTURE_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+#: how mixed steps (any prefill) run: "eager" (every kernel launched from Python), "piecewise"
+#: (vLLM v1's default: everything but attention replayed as CUDA graphs per padded token count,
+#: attention eager; `profiles.piecewise`) or "full" (one whole-step graph per composition,
+#: captured on first sight and replayed while it repeats: profiling only)
+MIXED_MODES = ("eager", "piecewise", "full")
 
 
 def max_k_bucket(max_ctx: int) -> int:
@@ -115,7 +120,7 @@ class StepRunner:
         headroom_gib: float = 10.0,
         seed: int = 0,
         layout: str = "auto",
-        mixed_graphs: bool = False,
+        mixed_mode: str = "eager",
     ):
         import torch
 
@@ -128,7 +133,9 @@ class StepRunner:
         self.max_seqs = max_seqs
         self.max_tokens = max_tokens
         self.use_cuda_graphs = use_cuda_graphs
-        self.mixed_graphs = mixed_graphs
+        if mixed_mode not in MIXED_MODES:
+            raise ValueError(f"mixed_mode must be one of {MIXED_MODES}, got {mixed_mode!r}")
+        self.mixed_mode = mixed_mode
         self._mixed = None  # (composition key, graph, static inputs) of the last mixed step
         self.max_model_len = max_model_len or getattr(model_spec, "max_model_len", 131072)
         self.gen = torch.Generator(device="cuda")
@@ -156,8 +163,6 @@ class StepRunner:
         freqs = torch.outer(pos, inv)
         self.cos = freqs.cos().to(self.dtype)
         self.sin = freqs.sin().to(self.dtype)
-        self._rng_blocks = torch.randperm(self.num_blocks, generator=None).tolist()
-        self._block_cursor = 0
         self.graphs: dict[int, tuple] = {}
         self._pool = None
         self.step_calls = 0
@@ -167,6 +172,17 @@ class StepRunner:
             del self.kv
             torch.cuda.empty_cache()
             self._alloc_kv(None, kv_cache_gib, headroom_gib)
+        # the cache's last slot is reserved for the padded rows of piecewise graphs; random
+        # block tables and the contiguous layout never hand it out
+        self.pad_slot = self.capacity_tokens - 1
+        self._rng_blocks = torch.randperm(self.num_blocks - 1, generator=None).tolist()
+        self._block_cursor = 0
+        self.piecewise = None
+        if mixed_mode == "piecewise":
+            from profiles.piecewise import PiecewiseGraphs, capture_sizes
+
+            self._pool = torch.cuda.graph_pool_handle()
+            self.piecewise = PiecewiseGraphs(self, capture_sizes(max_tokens), self._pool)
 
     # ---- memory -------------------------------------------------------------------------------
 
@@ -227,13 +243,14 @@ class StepRunner:
     # ---- metadata -----------------------------------------------------------------------------
 
     def _take_blocks(self, n: int) -> list[int]:
-        if n > self.num_blocks:
-            raise ValueError(f"step needs {n} KV blocks, cache has {self.num_blocks}")
+        usable = len(self._rng_blocks)
+        if n > usable:
+            raise ValueError(f"step needs {n} KV blocks, cache has {usable}")
         out = []
         while len(out) < n:
-            take = min(n - len(out), self.num_blocks - self._block_cursor)
+            take = min(n - len(out), usable - self._block_cursor)
             out.extend(self._rng_blocks[self._block_cursor : self._block_cursor + take])
-            self._block_cursor = (self._block_cursor + take) % self.num_blocks
+            self._block_cursor = (self._block_cursor + take) % usable
         return out
 
     def _metadata(self, prefills, decodes, block_tables):
@@ -267,8 +284,8 @@ class StepRunner:
             else:
                 slots.extend(range(cursor + b, cursor + n))
                 cursor += n
-        if not self.paged and cursor > self.capacity_tokens:
-            raise ValueError(f"step needs {cursor} KV tokens, pool has {self.capacity_tokens}")
+        if not self.paged and cursor > self.pad_slot:
+            raise ValueError(f"step needs {cursor} KV tokens, pool has {self.pad_slot}")
         return seqs, positions, slots, kv_lens, tables
 
     # ---- the forward --------------------------------------------------------------------------
@@ -278,44 +295,75 @@ class StepRunner:
         x1, x2 = x[..., :half], x[..., half:]
         return self.torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
-    def _forward(self, ids, pos, slots, logit_rows, dec, pre):
-        """One step on device tensors. ``dec``/``pre`` hold attention metadata or None."""
-        torch, F = self.torch, self.torch.nn.functional
-        x = self.embed[ids]
-        residual = x
-        cos = self.cos[pos].unsqueeze(1)
-        sin = self.sin[pos].unsqueeze(1)
-        n_dec = dec["n"] if dec else 0
-        qs = self.H * self.D
-        ks = self.KVH * self.D
+    def _forward(self, ids, pos, slots, logit_rows, dec, pre, hidden=False):
+        """One eager step on device tensors. ``dec``/``pre`` hold attention metadata or None.
+
+        Built from the same four pieces the piecewise CUDA graphs capture
+        (`profiles.piecewise`), so both modes run identical math."""
+        residual, cos, sin = self._embed(ids, pos)
         for layer in range(self.L):
-            w = self.layers[0 if self.shared_weights else layer]
-            h = F.rms_norm(residual, (self.hidden,), w["ln1"], 1e-5)
-            qkv = F.linear(h, w["qkv"], w["qkv_b"])
-            q = qkv[:, :qs].view(-1, self.H, self.D)
-            k = qkv[:, qs : qs + ks].view(-1, self.KVH, self.D)
-            v = qkv[:, qs + ks :].view(-1, self.KVH, self.D)
-            q = self._rotary(q, cos, sin)
-            k = self._rotary(k, cos, sin)
-            kc = self.kv[layer, 0]
-            vc = self.kv[layer, 1]
-            kflat = kc.view(-1, self.KVH, self.D)
-            vflat = vc.view(-1, self.KVH, self.D)
-            kflat.index_copy_(0, slots, k)
-            vflat.index_copy_(0, slots, v)
-            outs = []
-            if dec:
-                outs.append(self._attn(q[:n_dec], kc, vc, dec, causal=False))
-            if pre:
-                outs.append(self._attn(q[n_dec:], kc, vc, pre, causal=True))
-            a = outs[0] if len(outs) == 1 else torch.cat(outs, 0)
-            o = F.linear(a.reshape(-1, qs), w["o"])
-            residual = residual + o
-            h = F.rms_norm(residual, (self.hidden,), w["ln2"], 1e-5)
-            gu = F.linear(h, w["gate_up"])
-            act = F.silu(gu[:, : self.inter]) * gu[:, self.inter :]
-            residual = residual + F.linear(act, w["down"])
+            q = self._attn_in(layer, residual, cos, sin, slots)
+            a = self._attention(layer, q, dec, pre)
+            residual = self._attn_out(layer, residual, a)
+        return self._sample(residual, logit_rows, hidden)
+
+    def _embed(self, ids, pos):
+        """Token embeddings and the rotary cos/sin rows of their positions."""
+        return self.embed[ids], self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)
+
+    def _attn_in(self, layer, residual, cos, sin, slots):
+        """RMSNorm, QKV GEMM, rotary, and the new K/V written to the cache; returns q."""
+        F = self.torch.nn.functional
+        w = self.layers[0 if self.shared_weights else layer]
+        qs, ks = self.H * self.D, self.KVH * self.D
+        h = F.rms_norm(residual, (self.hidden,), w["ln1"], 1e-5)
+        qkv = F.linear(h, w["qkv"], w["qkv_b"])
+        q = qkv[:, :qs].view(-1, self.H, self.D)
+        k = qkv[:, qs : qs + ks].view(-1, self.KVH, self.D)
+        v = qkv[:, qs + ks :].view(-1, self.KVH, self.D)
+        q = self._rotary(q, cos, sin)
+        k = self._rotary(k, cos, sin)
+        self.kv[layer, 0].view(-1, self.KVH, self.D).index_copy_(0, slots, k)
+        self.kv[layer, 1].view(-1, self.KVH, self.D).index_copy_(0, slots, v)
+        return q
+
+    def _attention(self, layer, q, dec, pre, out=None):
+        """FlashAttention of one layer: decodes (rows [0, n_dec)) then prefill chunks.
+
+        With ``out`` (a ``[>= rows, H * D]`` buffer) the results are written into it instead of
+        concatenated (the piecewise graphs read their input from a static buffer)."""
+        kc, vc = self.kv[layer, 0], self.kv[layer, 1]
+        n_dec = dec["n"] if dec else 0
+        parts = []
+        if dec:
+            parts.append((0, self._attn(q[:n_dec], kc, vc, dec, causal=False)))
+        if pre:
+            parts.append((n_dec, self._attn(q[n_dec:], kc, vc, pre, causal=True)))
+        if out is not None:
+            for start, a in parts:
+                out[start : start + a.shape[0]].copy_(a.reshape(a.shape[0], -1))
+            return out
+        if len(parts) == 1:
+            return parts[0][1].reshape(-1, self.H * self.D)
+        return self.torch.cat([a for _, a in parts], 0).reshape(-1, self.H * self.D)
+
+    def _attn_out(self, layer, residual, a):
+        """O GEMM, residual add, RMSNorm, gate/up GEMM, SiLU-mul, down GEMM, residual add."""
+        F = self.torch.nn.functional
+        w = self.layers[0 if self.shared_weights else layer]
+        residual = residual + F.linear(a, w["o"])
+        h = F.rms_norm(residual, (self.hidden,), w["ln2"], 1e-5)
+        gu = F.linear(h, w["gate_up"])
+        act = F.silu(gu[:, : self.inter]) * gu[:, self.inter :]
+        return residual + F.linear(act, w["down"])
+
+    def _sample(self, residual, logit_rows, hidden=False):
+        """Final RMSNorm on each sequence's last token, LM head, greedy sampling (or, with
+        ``hidden``, the normed hidden states: what tests compare across execution modes)."""
+        torch, F = self.torch, self.torch.nn.functional
         last = F.rms_norm(residual[logit_rows], (self.hidden,), self.final_ln, 1e-5)
+        if hidden:
+            return last
         logits = F.linear(last, self.lm_head)
         probs = torch.softmax(logits.float(), dim=-1)
         return torch.argmax(probs, dim=-1)
@@ -427,9 +475,12 @@ class StepRunner:
         return s.elapsed_time(e) * 1e-3
 
     def uses_graph(self, prefills, decodes) -> bool:
-        """Whether ``run_step`` runs this step as a CUDA graph (else eagerly)."""
+        """Whether ``run_step`` runs this step with CUDA graphs (whole or piecewise)."""
         if prefills:
-            return self.mixed_graphs
+            if self.mixed_mode == "piecewise":
+                tokens = sum(c for _, c, _ in prefills) + len(decodes)
+                return tokens <= self.piecewise.largest
+            return self.mixed_mode == "full"
         return self.use_cuda_graphs and 0 < len(decodes) <= CAPTURE_SIZES[-1]
 
     def run_step(self, prefills, decodes, block_tables=None) -> float:
@@ -439,9 +490,12 @@ class StepRunner:
             return 0.0
         with torch.inference_mode():
             if self.uses_graph(prefills, decodes):
-                if prefills:
+                if not prefills:
+                    return self._run_graph(decodes, block_tables)
+                if self.mixed_mode == "full":
                     return self._run_mixed_graph(prefills, decodes, block_tables)
-                return self._run_graph(decodes, block_tables)
+                args = self.prepare(prefills, decodes, block_tables)
+                return self._timed(lambda: self.piecewise.run(args))
             args = self.prepare(prefills, decodes, block_tables)
             return self._timed(lambda: self._forward(*args))
 
@@ -520,13 +574,13 @@ class StepRunner:
     # ---- whole-step CUDA graphs for mixed steps (opt-in, profiling) ---------------------------
 
     def _run_mixed_graph(self, prefills, decodes, block_tables) -> float:
-        """Time one mixed step as a replayed whole-step CUDA graph (``mixed_graphs=True``).
+        """Time one mixed step as a replayed whole-step CUDA graph (``mixed_mode="full"``).
 
         The graph is captured the first time a composition is seen and replayed while the same
         composition repeats; one is cached at a time (its private memory pool is freed with
         it). This is a profiling mode: it times what an engine that graph-captures mixed steps
         (vLLM v1's full CUDA graphs) pays, without the eager launch floor. A serving run, where
-        every step differs, would need piecewise graphs per token bucket instead.
+        every step differs, uses ``mixed_mode="piecewise"`` instead.
         """
         torch = self.torch
         key = (tuple(prefills), tuple(decodes)) if block_tables is None else None
@@ -548,6 +602,7 @@ class StepRunner:
     def close(self) -> None:
         """Free GPU memory (graphs, KV cache, weights)."""
         self._mixed = None
+        self.piecewise = None
         self.graphs.clear()
         self.layers = []
         self.kv = None

@@ -56,11 +56,23 @@ def run_sim(cfg: dict, where: str, base_dir: Path):
     return simulate(built).summary, built.latency
 
 
+def table_mixed_mode(latency) -> str:
+    """How the whole steps of the latency model's table ran their mixed steps ("eager" for
+    tables from before the mode was recorded, and for models without a table)."""
+    table = getattr(latency, "table", None)
+    runner = (table.meta.get("step_runner") or {}) if table is not None else {}
+    return runner.get("mixed_mode", "eager")
+
+
 def run_real(cfg, where, base_dir, runner=None, time_mode: str = "wall") -> dict:
-    """Run on the GPU; returns the real run's summary, per-step records and executor info."""
+    """Run on the GPU; returns the real run's summary, per-step records and executor info.
+
+    Mixed steps run the way the shipped table's whole steps did (`table_mixed_mode`), so the
+    comparison is between a table and the execution it models."""
     from profiles.real_executor import RealGPUExecutor
     from simulator.runner import build, simulate
 
+    mixed_mode = table_mixed_mode(build(copy.deepcopy(cfg), where, base_dir).latency)
     cfg = copy.deepcopy(cfg)
     cfg["latency"] = {"model": "roofline"}  # unused on the GPU; the table is read at report time
     built = build(cfg, where, base_dir)
@@ -71,7 +83,7 @@ def run_real(cfg, where, base_dir, runner=None, time_mode: str = "wall") -> dict
         nonlocal runner
         ex = RealGPUExecutor(
             built.model, built.tp, kv["num_blocks"], kv["block_size"], runner=runner,
-            time_mode=time_mode,
+            time_mode=time_mode, mixed_mode=mixed_mode,
         )  # fmt: skip
         runner = ex.runner
         if not executors:
@@ -164,6 +176,14 @@ def step_errors(records: dict, latency, worst: int = 8) -> dict:
 
 
 def build_report(name: str, sim: dict, real: dict, latency) -> dict:
+    ran, modeled = real["executor"].get("mixed_mode", "eager"), table_mixed_mode(latency)
+    if ran != modeled:
+        raise ConfigError(
+            name,
+            "executor.mixed_mode",
+            f"the real run executed mixed steps {ran!r} but the table models {modeled!r} "
+            "ones; re-run the real phase on a GPU",
+        )
     metrics = compare_metrics(sim, real["summary"])
     lm = dict(latency.describe())
     if lm.get("table"):
@@ -205,8 +225,9 @@ def render_markdown(rep: dict) -> str:
         f"# Validation: {rep['name']}",
         "",
         f"Simulated with `{lm.get('table', lm.get('name'))}` (torch {lm.get('torch')}); real run "
-        f"on the GPU with StepRunner ({ex['kv_layout']} KV layout, time = {ex['time_mode']}: "
-        "GPU + per-step host work). Relative error = sim / real - 1.",
+        f"on the GPU with StepRunner ({ex['kv_layout']} KV layout, mixed steps "
+        f"{ex.get('mixed_mode', 'eager')}, time = {ex['time_mode']}: GPU + per-step host "
+        "work). Relative error = sim / real - 1.",
         "",
         "| metric | sim | real | rel. error |",
         "| --- | ---: | ---: | ---: |",

@@ -69,7 +69,7 @@ def test_step_runner_mixed_and_graph_steps():
 def test_mixed_graphs_replay_the_same_step_and_skip_the_launch_floor():
     from profiles.torch_model import StepRunner
 
-    r = StepRunner(TINY, kv_cache_gib=0.5, max_seqs=16, max_tokens=2048, mixed_graphs=True)
+    r = StepRunner(TINY, kv_cache_gib=0.5, max_seqs=16, max_tokens=2048, mixed_mode="full")
     eager = StepRunner(TINY, kv_cache_gib=0.5, max_seqs=16, max_tokens=2048)
     step = ([(3, 16, 64)], [(0, 101), (1, 40)])
     t1 = r.run_step(*step)
@@ -85,6 +85,37 @@ def test_mixed_graphs_replay_the_same_step_and_skip_the_launch_floor():
     assert 0 < t2 < t_eager and t1 > 0
     r.close()
     eager.close()
+
+
+def test_piecewise_graphs_match_the_eager_forward():
+    from profiles.torch_model import StepRunner
+
+    r = StepRunner(TINY, kv_cache_gib=0.5, max_seqs=16, max_tokens=1024, mixed_mode="piecewise")
+    pw = r.piecewise
+    assert pw.sizes[0] == 1 and pw.largest == 512
+    assert pw.num_graphs() == len(pw.sizes) * (TINY.num_layers + 1)
+    # 3 decodes + a 45-token chunk = 48 tokens (a capture size); then 51 tokens padded to 64,
+    # then a smaller step in the same size, which must re-pad the rows the larger one left
+    steps = [
+        ([(3, 45, 64)], [(0, 101), (1, 40), (2, 7)]),
+        ([(3, 48, 64)], [(0, 101), (1, 40), (2, 7)]),
+        ([(3, 50, 0)], [(0, 102)]),
+        ([(4, 20, 0), (5, 9, 30)], []),
+    ]
+    with torch.inference_mode():
+        for pre, dec in steps:
+            assert r.uses_graph(pre, dec)
+            args = r.prepare(pre, dec)
+            ref = r._forward(*args, hidden=True)
+            got = pw.run(args, hidden=True)
+            assert got.shape == ref.shape
+            err = (got.float() - ref.float()).norm() / ref.float().norm()
+            assert err < 2e-2, (pre, dec, float(err))
+        assert r.run_step(*steps[0]) > 0
+        big = ([(3, 600, 0)], [])
+        assert not r.uses_graph(*big)  # above the largest capture size: eager
+        assert r.run_step(*big) > 0
+    r.close()
 
 
 def test_profile_tiny_table_and_resume(tmp_path):

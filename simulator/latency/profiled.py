@@ -17,7 +17,8 @@ Step time (seconds) = ``base + mixed * [prefill_tokens > 0] + gamma * ops + allr
   w table(t, K t / B)`` at the padded batch t. The runner pads with 1-token dummies: w = 0
   says they cost nothing and only the larger launch grid (fewer KV splits, other waves) slows
   the real sequences; w = 1 that every padded slot costs like a real sequence of the mean
-  context. w is fitted on train steps (``describe()['fit']['padded_decode_weight']``);
+  context. w is fitted on train steps (``describe()['fit']['padded_decode_weight']``). Timing
+  the padded calls directly in the op bench was tried and not kept (profiles/README.md);
 * ``attn_prefill`` = causal FlashAttention over prompt chunks per layer, looked up at the mean
   chunk ``T_p / s`` and mean cached context ``A / T_p - (chunk + 1) / 2``: linear in context,
   log-log in number of sequences, and in chunk length linear in ``waves * (context + chunk)``
@@ -39,7 +40,11 @@ on a 0..1 grid in steps of 0.1 when a train decode step is padded; else 0), and 
 floor: an eager step can't be faster than the Python launch time of its forward (fitted
 separately for prefill-only steps and for steps with two attention calls a layer).
 Decode-only steps are modeled as the runner executes them: padded to the next CUDA-graph
-capture size.
+capture size. Mixed steps of a table whose whole steps ran as piecewise CUDA graphs (meta.yaml
+``step_runner.mixed_mode: piecewise``, the default since session 3) run their GEMMs, norms and
+all-reduces at the token count padded to the next of ``step_runner.piecewise_sizes`` (attention
+and sampling at the real shapes); their "eager floor" is then the launch time of the pieces and
+the eager attention calls, much lower than an eager forward's.
 
 Invariants: ``base``, ``mixed``, ``gamma`` >= 0 (non-negative least squares); every op table is
 projected onto a monotone one before use (cumulative max along each axis, which only lifts
@@ -59,7 +64,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 
 from profiles.table import GEMM_OPS, Table, load_table
 from profiles.torch_model import CAPTURE_SIZES
@@ -190,6 +195,7 @@ class ProfileLatencyModel:
         if self._sms:
             self._pre_w = [[self._waves(sv, cv) for cv in self._pre_c] for sv in self._pre_s]
         self._build_allreduce(model_spec)
+        self._pw_sizes = self._piecewise_sizes(table, meta_path)
         self.base = 0.0
         self.mixed = 0.0
         self.gamma = 1.0
@@ -356,6 +362,31 @@ class ProfileLatencyModel:
             )
             return 0, 0
         return heads, sms
+
+    @staticmethod
+    def _piecewise_sizes(table: Table, meta_path: str) -> list[int]:
+        """Token counts the whole steps' piecewise graphs were captured for (empty: the mixed
+        steps ran eagerly or as whole graphs, at their exact token count)."""
+        runner = table.meta.get("step_runner") or {}
+        sizes = runner.get("piecewise_sizes") if runner.get("mixed_mode") == "piecewise" else None
+        if sizes is None:
+            return []
+        ok = isinstance(sizes, list) and sizes and all(isinstance(x, int) and x > 0 for x in sizes)
+        if not ok or sizes != sorted(set(sizes)):
+            raise ConfigError(
+                meta_path,
+                "step_runner.piecewise_sizes",
+                f"expected an ascending list of positive token counts, got {sizes!r}",
+            )
+        return sizes
+
+    def _piecewise_tokens(self, t: int) -> int:
+        """Tokens a mixed step's GEMMs run at: padded up to the next piecewise capture size (the
+        runner pads as vLLM does), or ``t`` itself above the largest size (eager)."""
+        sizes = self._pw_sizes
+        if not sizes or t > sizes[-1]:
+            return t
+        return sizes[bisect_left(sizes, t)]
 
     def _build_allreduce(self, model_spec) -> None:
         self._ar_tok: list[float] = []
@@ -550,7 +581,7 @@ class ProfileLatencyModel:
                 if padded > att:
                     att = padded
             return fixed + self.layers * att
-        t = prefill_tokens + decode_seqs
+        t = self._piecewise_tokens(prefill_tokens + decode_seqs)
         total = self._lin_time(t) + self._head_time(prefill_seqs + decode_seqs)
         if decode_seqs > 0:
             total += self.layers * self._decode_time(decode_seqs, decode_ctx)
