@@ -116,7 +116,8 @@ class Speculative(Policy):
         chunks = tuple((req, 1 + a) for req, a in zip(decodes, accepted, strict=True))
         n = len(decodes)
         ctx = sum(req.num_computed + 1 for req in decodes)
-        t_decode = replica.executor.step_time(0, 0.0, 0, n, ctx)
+        longest = max(req.num_computed + 1 for req in decodes)
+        t_decode = replica.executor.step_time(0, 0.0, 0, n, ctx, longest)
         self.stats["verify_steps"] += 1
         self.stats["verified_seqs"] += n
         self.stats["emitted_tokens"] += n + int(sum(accepted))

@@ -122,7 +122,7 @@ class RealGPUExecutor:
             wall = time.perf_counter() - t0
         pred = self.latency.step_time(*features) if self.latency is not None else math.nan
         max_dctx = max((n for _, n in batch.decodes), default=0)
-        self.records.append((*features, max_dctx, pred, gpu, wall))
+        self.records.append((*features[:5], max_dctx, pred, gpu, wall))
         return (wall if self.time_mode == "wall" else gpu) + plan.extra_s
 
     def warmup(self, steps: int = 3) -> None:

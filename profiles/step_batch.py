@@ -43,12 +43,13 @@ class StepBatch:
     decodes: list[tuple[int, int]] = field(default_factory=list)
     block_tables: dict[int, list[int]] = field(default_factory=dict)
 
-    def features(self) -> tuple[int, float, int, int, int]:
-        """(prefill_tokens, prefill_attn, prefill_seqs, decode_seqs, decode_ctx), as the latency
-        model sees a step (``Replica._features``)."""
+    def features(self) -> tuple[int, float, int, int, int, int]:
+        """(prefill_tokens, prefill_attn, prefill_seqs, decode_seqs, decode_ctx, decode_max), as
+        the latency model sees a step (``Replica._features``)."""
         pt = sum(c for _, c, _ in self.prefills)
         pa = sum(c * (b + (c + 1) / 2) for _, c, b in self.prefills)
-        return (pt, pa, len(self.prefills), len(self.decodes), sum(n for _, n in self.decodes))
+        ctx = [n for _, n in self.decodes]
+        return (pt, pa, len(self.prefills), len(ctx), sum(ctx), max(ctx, default=0))
 
 
 @dataclass

@@ -31,6 +31,22 @@ from simulator.errors import ConfigError
 
 SCHEMA_VERSION = 1
 
+#: decode rows with ``uneven=1`` hold contexts at the (i + 0.5) / n quantiles of a lognormal
+#: with this sigma (`uneven_weights`); the latency model needs the same law to know how long the
+#: longest sequence of such a row was
+UNEVEN_SIGMA = 0.8
+
+
+def uneven_weights(n: int) -> list[float]:
+    """Relative context lengths of an ``uneven=1`` decode row of n sequences, ascending."""
+    import statistics
+
+    if n <= 1:
+        return [1.0] * max(n, 0)
+    nd = statistics.NormalDist()
+    return [math.exp(UNEVEN_SIGMA * nd.inv_cdf((i + 0.5) / n)) for i in range(n)]
+
+
 TIME_COLS = ("median_us", "p10_us", "p90_us")
 
 SCHEMA: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {

@@ -133,8 +133,8 @@ def step_errors(records: dict, latency, worst: int = 8) -> dict:
     """Table prediction vs measured time on the real run's own steps."""
     n = len(records["wall_s"])
     feats = [
-        tuple(records[k][i] for k in RECORD_FIELDS[:5]) for i in range(n)
-    ]  # (pt, pa, ps, ds, dctx)
+        tuple(records[k][i] for k in RECORD_FIELDS[:6]) for i in range(n)
+    ]  # (pt, pa, ps, ds, dctx, longest decode context)
     pred = [latency.step_time(*f) for f in feats]
     out: dict = {"num_steps": n}
     for basis in ("wall_s", "gpu_s"):

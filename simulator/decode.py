@@ -9,13 +9,17 @@ caps a simulator at a few thousand requests per second. Instead, the set keeps o
 
 and a decode step is ``clock += 1`` plus work only for the members that finish or need a new KV
 block on that step, found through two heaps keyed by the clock value at which that happens.
-The sum of context lengths (what the latency model needs) is ``n * (clock + 1) + sum(_dbase)``.
+The sum of context lengths (what the latency model needs) is ``n * (clock + 1) + sum(_dbase)``,
+and the longest is ``clock + 1 + max(_dbase)``, kept by a third heap (a member's ``_dbase`` never
+changes while it is a member).
 
 Invariants:
 * every member has exactly one pending token (its last emitted token) and status RUNNING;
 * ``_fin_clock`` / ``_grow_clock`` on a member equal the keys of its live heap entries; stale
   entries (member left, or key changed) are skipped when popped;
-* ``sum_dbase == sum(m._dbase for m in members)``.
+* ``sum_dbase == sum(m._dbase for m in members)``;
+* every member has an entry ``(-_dbase, id, req)`` in ``_longest``; entries of requests that
+  left (or left and rejoined with another ``_dbase``) are stale and skipped when on top.
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ from simulator.request import Request
 
 
 class DecodeSet:
-    __slots__ = ("clock", "members", "sum_dbase", "_fin", "_grow", "joined", "last_step_end")
+    __slots__ = (
+        "clock", "members", "sum_dbase", "_fin", "_grow", "_longest", "joined", "last_step_end",
+    )  # fmt: skip
 
     def __init__(self):
         self.clock = 0
@@ -34,6 +40,7 @@ class DecodeSet:
         self.sum_dbase = 0
         self._fin: list[tuple[int, int, Request]] = []
         self._grow: list[tuple[int, int, Request]] = []
+        self._longest: list[tuple[int, int, Request]] = []
         #: members that joined since the last decode step (their previous token time differs)
         self.joined: list[Request] = []
         self.last_step_end = 0.0
@@ -59,6 +66,7 @@ class DecodeSet:
         req._dset = self
         self.members[req.id] = req
         self.sum_dbase += dbase
+        heapq.heappush(self._longest, (-dbase, req.id, req))
         req._fin_clock = req.num_prompt_tokens + req.max_output_tokens - 1 - dbase
         heapq.heappush(self._fin, (req._fin_clock, req.id, req))
         self.set_capacity(req, capacity)
@@ -88,6 +96,16 @@ class DecodeSet:
     def decode_ctx(self) -> int:
         """Sum over members of keys read by the next decode step (context incl. the new token)."""
         return len(self.members) * (self.clock + 1) + self.sum_dbase
+
+    def decode_max(self) -> int:
+        """Longest context among members read by the next decode step (0 when empty)."""
+        heap = self._longest
+        while heap:
+            key, _, req = heap[0]
+            if req._dset is self and req._dbase == -key:
+                return self.clock + 1 - key
+            heapq.heappop(heap)
+        return 0
 
     def pop_due_growth(self) -> list[Request]:
         """Members whose next decode step writes past their KV capacity (must allocate first)."""

@@ -196,7 +196,7 @@ class Replica:
 
     # -- features and commit ----------------------------------------------------------------------
     def _features(self, plan: StepPlan) -> tuple:
-        pt = ps = ds = dctx = 0
+        pt = ps = ds = dctx = dmax = 0
         pa = 0.0
         v = plan.verify
         for req, n in plan.chunks:
@@ -208,14 +208,19 @@ class Replica:
             elif n == 1 and c > 0:  # a single-token step over a cache is a decode
                 ds += 1
                 dctx += c + 1
+                if c + 1 > dmax:
+                    dmax = c + 1
             else:
                 pt += n
                 pa += n * (c + (n + 1) / 2)
                 ps += 1
-        if plan.decode:
+        if plan.decode and len(self.decoding):
             ds += len(self.decoding)
             dctx += self.decoding.decode_ctx()
-        return (pt, pa, ps, ds, dctx)
+            m = self.decoding.decode_max()
+            if m > dmax:
+                dmax = m
+        return (pt, pa, ps, ds, dctx, dmax)
 
     def _commit(self, plan: StepPlan, start: float, dt: float, feats: tuple) -> None:
         end = start + dt
@@ -327,13 +332,15 @@ class Replica:
             horizon = min(horizon, wake_at)
         step_time = self.executor.step_time
         ctx = d.decode_ctx()
+        longest = d.decode_max()
         t = start
         run = []
         for _ in range(max(k, 1)):
-            dt = step_time(0, 0.0, 0, n, ctx)
+            dt = step_time(0, 0.0, 0, n, ctx, longest)
             run.append((t, dt, ctx))
             t += dt
             ctx += n
+            longest += 1
             if t >= horizon:
                 break
         self._run = run

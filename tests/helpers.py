@@ -8,6 +8,24 @@ from tests.policy_kit import run, spec
 __all__ = ["LinearLatency", "run_engine", "spec"]
 
 
+class LongestAwareLatency:
+    """LinearLatency plus ``e * decode_max``, and it checks each call's longest context against
+    the brute-force one (every decoding request's context, from the replica it is bound to)."""
+
+    name = "longest"
+
+    def __init__(self, e=2e-6):
+        self.e = e
+        self.replica = None
+        self.checked = 0
+
+    def step_time(self, pt, pa, ps, ds, dctx, dmax=0):
+        return 1e-3 + 1e-5 * pt + 2e-5 * ds + 1e-8 * dctx + self.e * dmax
+
+    def describe(self):
+        return {"name": self.name, "warnings": []}
+
+
 class LinearLatency:
     """step = a + b*prefill_tokens + c*decode_seqs + d*decode_ctx (hand-computable, monotone)."""
 
@@ -16,7 +34,7 @@ class LinearLatency:
     def __init__(self, a=1e-3, b=1e-5, c=2e-5, d=1e-8):
         self.a, self.b, self.c, self.d = a, b, c, d
 
-    def step_time(self, pt, pa, ps, ds, dctx):
+    def step_time(self, pt, pa, ps, ds, dctx, dmax=0):
         return self.a + self.b * pt + self.c * ds + self.d * dctx
 
     def describe(self):

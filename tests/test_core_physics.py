@@ -85,3 +85,49 @@ def test_throughput_saturates_at_service_capacity():
     cols, _ = run_engine(specs, latency=ConstantLatencyModel(D), params={"max_num_seqs": 1})
     span = cols["finish_s"].max() - cols["arrival_s"].min()
     assert len(specs) / span == pytest.approx(1 / D, rel=0.01)
+
+
+class _CheckingExecutor:
+    """Steps costed by ``latency``, one at a time; checks the features' longest decode context
+    against every decoding request's own context."""
+
+    can_precompute = False
+
+    def __init__(self, latency):
+        self.latency = latency
+        self.step_time = latency.step_time
+        self.checked = 0
+
+    def execute(self, plan, replica, features):
+        want = 0
+        if plan.decode:
+            want = max((r.num_computed + 1 for r in replica.decoding), default=0)
+        for req, n in plan.chunks:
+            if n == 1 and req.num_computed > 0 and not plan.verify:
+                want = max(want, req.num_computed + 1)
+        assert features[5] == want
+        if features[3]:
+            self.checked += 1
+            assert features[4] / features[3] <= features[5] <= features[4]
+        return self.step_time(*features) + plan.extra_s
+
+
+def test_longest_decode_context_is_exact_and_decode_runs_agree():
+    """The longest decode context the engine hands the latency model equals the brute-force
+    maximum over the decoding requests, and precomputed decode runs (coalesced) advance it
+    exactly as step-by-step execution does, even when the model's time depends on it."""
+    from simulator.executor import SimulatedExecutor
+    from tests.helpers import LongestAwareLatency
+    from tests.policy_kit import run
+
+    specs = poisson_specs(600, 30.0, (20, 800), None, seed=3, output_range=(1, 300))
+    lat = LongestAwareLatency()
+    checker = _CheckingExecutor(lat)
+    _, _, ref = run(specs, "continuous", None, latency=lat, num_blocks=400,
+                    coalesce=False, wrap=lambda rep: setattr(rep, "executor", checker))  # fmt: skip
+    assert checker.checked > 1000
+    for coalesce in (False, True):
+        _, _, cols = run(specs, "continuous", None, latency=lat, num_blocks=400,
+                         coalesce=coalesce)  # fmt: skip
+        np.testing.assert_allclose(cols["finish_s"], ref["finish_s"], rtol=1e-12, atol=1e-12)
+    assert SimulatedExecutor(lat).can_precompute

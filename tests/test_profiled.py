@@ -371,21 +371,6 @@ def test_importing_never_imports_torch():
     assert out.stdout.strip() == "False", out.stderr
 
 
-def test_step_time_is_fast():
-    import time
-
-    if not os.path.isdir(SHIPPED):
-        pytest.skip("shipped H200 table not present")
-    spec = SimpleNamespace(name="llama-3-8b", num_layers=32, hidden_size=4096)
-    m = ProfileLatencyModel(SHIPPED, spec, tp=1)
-    t0 = time.perf_counter()
-    for i in range(2000):
-        m.step_time(256, chunk_attn_pairs(256, 1000), 1, 64 + i % 64, 90000)
-        m.step_time(0, 0.0, 0, 1 + i % 200, 300000)
-    per_call = (time.perf_counter() - t0) / 4000
-    assert per_call < 50e-6  # generous bound for slow CI machines; ~10 us measured
-
-
 PAD_LAMBDA = 0.5  # the padded-graph decode weight the synthetic padded steps carry
 
 
@@ -545,3 +530,43 @@ def test_redone_steps_replace_their_profiling_time():
     assert _merge_times(prev, {"steps": 5.0}, 6.0) == {"gemm": 10.0, "steps": 105.0, "total": 126.0}
     got = _merge_times(prev, {"steps": 40.0}, 41.0, {"steps"})
     assert got == {"gemm": 10.0, "steps": 40.0, "total": 61.0}
+
+
+# ---- the longest decode context ------------------------------------------------------------
+
+
+def even_us(b, k):
+    """Equal contexts: the longest is the mean, so the call is shorter than the lognormal row."""
+    return 5.0 + 0.001 * k + 0.05 * b
+
+
+def test_decode_follows_the_longest_context_between_equal_and_lognormal(tmp_path):
+    from profiles.table import uneven_weights
+    from simulator.latency.profiled import SPREAD_EXTRAP
+
+    path = make_table(str(tmp_path / "toy_tp1"))
+    rows = list(csv.DictReader(open(os.path.join(path, "attn_decode.csv"))))
+    for b in (2, 4, 8, 16, 32, 64):
+        for k in (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072):
+            rows.append({"batch": b, "total_ctx": k, "uneven": 0, "causal": 0, **_t(even_us(b, k))})
+    _write(path, "attn_decode.csv", rows)
+    m = ProfileLatencyModel(path, SPEC, tp=1)
+    b, k = 8, 8192  # mean 1024: on every grid
+    w = uneven_weights(b)
+    longest_ln = 1024 * b * w[-1] / sum(w)
+    ln, ev = decode_us(b, k) * 1e-6, even_us(b, k) * 1e-6
+    assert m._decode_time(b, k) == pytest.approx(ln)  # longest unknown: the lognormal rows
+    assert m._decode_time(b, k, 1024) == pytest.approx(ev)
+    assert m._decode_time(b, k, longest_ln) == pytest.approx(ln)
+    mid = (1024 + longest_ln) / 2
+    assert m._decode_time(b, k, mid) == pytest.approx((ev + ln) / 2)
+    far = 1024 + 10 * (longest_ln - 1024)
+    assert m._decode_time(b, k, far) == pytest.approx(ev + SPREAD_EXTRAP * (ln - ev))
+    prev = 0.0
+    for longest in range(1024, 20000, 97):
+        cur = m.step_time(0, 0.0, 0, b, k, longest)
+        assert cur >= prev
+        prev = cur
+    # a table without equal-context rows ignores the longest context
+    plain = ProfileLatencyModel(make_table(str(tmp_path / "p" / "toy_tp1")), SPEC, tp=1)
+    assert plain.step_time(0, 0.0, 0, b, k, 1024) == plain.step_time(0, 0.0, 0, b, k)

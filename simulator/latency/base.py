@@ -10,7 +10,10 @@ A step is described only by features of its batch composition, never by request 
 * ``prefill_seqs``    number of sequences contributing prefill tokens;
 * ``decode_seqs``     number of sequences decoding one token this step;
 * ``decode_ctx``      sum over decoding sequences of their context length (keys read), i.e. the
-                      KV-cache bytes read divided by bytes per token.
+                      KV-cache bytes read divided by bytes per token;
+* ``decode_max``      the longest of those contexts (0: not known, the model assumes its own
+                      spread). FlashAttention's decode kernel lasts about as long as its longest
+                      sequence takes, so batches with equal totals but different spreads differ.
 
 Prefill work is compute-bound (GEMM FLOPs grow with ``prefill_tokens``); decode work is
 memory-bound (weights read once per step, KV read grows with ``decode_ctx``). A model must be
@@ -37,6 +40,7 @@ class StepLatencyModel(Protocol):
         prefill_seqs: int,
         decode_seqs: int,
         decode_ctx: int,
+        decode_max: int = 0,
     ) -> float:
         """Seconds one engine step takes for this batch composition."""
         ...

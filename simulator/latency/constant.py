@@ -15,7 +15,9 @@ class ConstantLatencyModel:
             raise ValueError(f"step_s must be > 0, got {step_s!r}")
         self.step_s = float(step_s)
 
-    def step_time(self, prefill_tokens, prefill_attn, prefill_seqs, decode_seqs, decode_ctx):
+    def step_time(
+        self, prefill_tokens, prefill_attn, prefill_seqs, decode_seqs, decode_ctx, decode_max=0
+    ):
         return self.step_s
 
     def describe(self) -> dict:

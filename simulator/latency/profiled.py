@@ -27,12 +27,16 @@ Step time (seconds) = ``base + mixed * [prefill_tokens > 0] + gamma * ops + allr
 * ``allreduce`` = 2 per layer at T tokens, from ``allreduce.csv`` when measured, else a ring
   estimate (said in ``describe()['warnings']``).
 
-Decode attention caveat: torch 2.11's varlen_attn takes no block table and no split-KV setting,
-and a decode call lasts about as long as its longest sequence takes (its kernel time jumps with
-batch size and ``max_k``). The features carry only the sum of contexts;
-the table was measured with contexts at fixed lognormal (sigma 0.8) quantiles, so the model
-assumes that spread. Batches with one very long sequence among short ones take longer than
-modeled.
+Decode attention and the spread of contexts: torch 2.11's varlen_attn takes no block table and
+no split-KV setting, and a decode call lasts about as long as its longest sequence takes (its
+kernel time jumps with batch size and ``max_k``). The ``uneven=1`` rows hold contexts at fixed
+lognormal (sigma 0.8) quantiles (`profiles.table.uneven_weights`), the ``uneven=0`` rows equal
+contexts. Given the step's longest decode context (``decode_max``), decode attention is linear
+in it between the equal-context value (longest = mean) and the lognormal one, extrapolated up to
+``SPREAD_EXTRAP`` gaps beyond and held there (`_decode_time`); without it (``decode_max`` 0, or a
+table without equal-context rows) the lognormal spread is assumed. Padded decode graphs scale
+their padded term by the same factor. The whole-step calibration rows ran lognormal contexts
+and are fitted with that spread.
 
 Calibration (fitted on train steps only): ``base`` (every step), ``mixed`` (eager steps, i.e.
 any prefill), ``gamma`` (scale on the op sum), the padded-graph decode weight ``w`` (searched
@@ -66,7 +70,7 @@ import os
 import warnings
 from bisect import bisect_left, bisect_right
 
-from profiles.table import GEMM_OPS, Table, load_table
+from profiles.table import GEMM_OPS, Table, load_table, uneven_weights
 from profiles.torch_model import CAPTURE_SIZES
 from simulator.errors import ConfigError
 
@@ -76,6 +80,9 @@ LAYER_ELEMENTWISE = (("rmsnorm", 2), ("rotary", 1), ("silu_mul", 1))
 # default ring all-reduce estimate when allreduce.csv lacks the TP degree
 DEFAULT_AR_BUS_GBPS = 300.0
 DEFAULT_AR_LATENCY_US = 12.0
+# how far past the lognormal rows' longest context the spread interpolation extrapolates (in
+# units of the gap between equal and lognormal contexts); beyond it the value is held
+SPREAD_EXTRAP = 2.0
 # candidate weights of the padded-graph decode term (see ``ops_time``), searched on train steps
 PAD_WEIGHT_GRID = tuple(i / 10 for i in range(11))
 # query rows per FlashAttention-2 forward CTA at head_dim 128; the prefill tables step where
@@ -183,7 +190,6 @@ class ProfileLatencyModel:
         self.name = f"profile:{table.label}"
         self.warnings: list[str] = []
         self._warned: set[str] = set()
-        self._batch_coeffs: dict[float, tuple] = {}
         self._fixed_cache: dict[tuple[int, bool], tuple] = {}
         self._pad = [0] + [
             next(c for c in CAPTURE_SIZES if c >= b) for b in range(1, CAPTURE_SIZES[-1] + 1)
@@ -276,33 +282,26 @@ class ProfileLatencyModel:
         rows = [r for r in self.table.rows["attn_decode.csv"] if r["causal"] == 0]
         if not rows:
             raise ConfigError(where, "causal", "no non-causal decode rows")
-        # prefer uneven contexts (what real batches have); batch 1 only has even
+        # the lognormal-spread grid: uneven contexts (what real batches have; batch 1 only has
+        # even ones); and, where measured, the equal-context grid for batch >= 2
         pts: dict[tuple[float, float], tuple[int, float]] = {}
+        even: dict[tuple[float, float], float] = {}
         for r in rows:
             key = (r["batch"], r["total_ctx"])
             pref = 1 if r["uneven"] else 0
             if key not in pts or pref > pts[key][0]:
                 pts[key] = (pref, r["median_us"] * 1e-6)
-        bs = sorted({k[0] for k in pts})
+            if not r["uneven"]:
+                even[key] = r["median_us"] * 1e-6
         ms = [float(2**i) for i in range(0, 21)]
-        grid = []
-        for b in bs:
-            ks = sorted(k for (bb, k) in pts if bb == b)
-            vs = _cummax([pts[(b, k)][1] for k in ks])
-            col = []
-            for m in ms:
-                k = b * m
-                if len(ks) == 1 or k <= ks[0]:
-                    col.append(vs[0])
-                    continue
-                i, w, _ = _locate(ks, k)
-                col.append(vs[i] + (vs[i + 1] - vs[i]) * w)
-            grid.append(_cummax(col))
-        for j in range(len(ms)):
-            colb = _cummax([grid[i][j] for i in range(len(bs))])
-            for i in range(len(bs)):
-                grid[i][j] = colb[i]
+        bs, grid = _decode_grid({k: v for k, (_, v) in pts.items()}, ms)
         self._dec_b, self._dec_m, self._dec = bs, ms, grid
+        self._dec_grid = _DecodeGrid(bs, ms, grid)
+        self._dec_even = None
+        if any(b >= 2 for b, _ in even):
+            eb, eg = _decode_grid(even, ms)
+            self._dec_even = _DecodeGrid(eb, ms, eg)
+        self._spread: dict[float, float] = {}
         self._dec_kmax = {b: max(k for (bb, k) in pts if bb == b) for b in bs}
         self._dec_kmax_all = max(self._dec_kmax.values())
 
@@ -445,46 +444,49 @@ class ProfileLatencyModel:
         h = self._head
         return h[i] + (h[i + 1] - h[i]) * w
 
-    def _decode_time(self, b: float, k: float) -> float:
-        """One layer's decode attention for b sequences holding k keys in total.
+    def _decode_time(self, b: float, k: float, kmax: float = 0) -> float:
+        """One layer's decode attention for b sequences holding k keys, the longest ``kmax``.
+
+        The lognormal-spread table (``_decode_time_ln``) unless the longest context is known
+        (``kmax > 0``) and the table has equal-context rows: then linear in the longest context
+        between the equal-context value (longest = mean) and the lognormal one (longest = the
+        lognormal rows' longest, `uneven_weights`), extrapolated up to ``SPREAD_EXTRAP`` gaps
+        beyond it and held there; never below the equal-context value.
+        """
+        ln = self._decode_time_ln(b, k)
+        if kmax <= 0 or self._dec_even is None or b < 2:
+            return ln
+        return self._with_spread(b, k, kmax, ln)
+
+    def _with_spread(self, b: float, k: float, kmax: float, ln: float, ev=None) -> float:
+        """``ln`` (the lognormal-spread value at b, k) moved to the longest context ``kmax``;
+        ``ev``: the equal-context value at b, k when the caller has it."""
+        r = self._spread.get(b)
+        if r is None:
+            w = uneven_weights(int(b))
+            r = self._spread[b] = b * w[-1] / sum(w)
+        if ev is None:
+            ev = self._dec_even.time(b, k)
+        if ev >= ln:
+            return ln
+        f = (kmax * b / k - 1.0) / (r - 1.0)
+        if f < 0.0:
+            f = 0.0
+        elif f > SPREAD_EXTRAP:
+            f = SPREAD_EXTRAP
+        return ev + (ln - ev) * f
+
+    def _decode_time_ln(self, b: float, k: float) -> float:
+        """One layer's decode attention for b sequences holding k keys in total, at the
+        lognormal context spread of the table's ``uneven=1`` rows.
 
         Linear in mean context ``k / b`` along the table's context grid; between two grid
         batches, geometric in ``b``; beyond the last grid batch, proportional to ``b``. The
         batch-dependent part is memoized per ``b`` (the hot path sees few distinct batches).
         """
-        c = self._batch_coeffs.get(b)
-        if c is None:
-            c = self._batch_coeffs[b] = self._decode_batch_coeffs(b)
-        kind, lo_c, hi_c, e = c
-        if kind == 1 or k > self._dec_kmax_all:
-            if k > self._dec_kmax_all or b > self._dec_b[-1]:
-                self._warn_once(
-                    "decode", f"decode batch {b:.0f} / total context {k:.0f} beyond grid"
-                )
-        j, wm, _ = _locate(self._dec_m, k / b)
-        lo = lo_c[j] + (lo_c[j + 1] - lo_c[j]) * wm
-        if kind == 0:
-            return lo
-        hi = hi_c[j] + (hi_c[j + 1] - hi_c[j]) * wm
-        if kind == 1:  # beyond the last batch: proportional to batch at fixed mean context
-            return hi * e
-        if lo <= 0.0:
-            return lo
-        return lo * (hi / lo) ** e
-
-    def _decode_batch_coeffs(self, b: float) -> tuple[int, list, list | None, float]:
-        """(kind, column below, column above, exponent or factor) for batch ``b``: kind 0 = one
-        column, 1 = beyond the last grid batch (factor b / b_last), 2 = geometric blend."""
-        bs, g = self._dec_b, self._dec
-        if b <= bs[0] or len(bs) == 1:
-            return (0, g[0], None, 0.0)
-        i, _, _ = _locate(bs, b)
-        b0, b1 = bs[i], bs[i + 1]
-        if b >= b1:
-            return (1, g[i], g[i + 1], b / b1)
-        if b <= b0:
-            return (0, g[i], None, 0.0)
-        return (2, g[i], g[i + 1], math.log(b / b0) / math.log(b1 / b0))
+        if k > self._dec_kmax_all or b > self._dec_b[-1]:
+            self._warn_once("decode", f"decode batch {b:.0f} / total context {k:.0f} beyond grid")
+        return self._dec_grid.time(b, k)
 
     def _waves(self, s: float, c: float) -> int:
         """Waves of FlashAttention query-tile CTAs over the SMs for s chunks of c tokens."""
@@ -553,6 +555,7 @@ class ProfileLatencyModel:
         decode_seqs: int,
         decode_ctx: int,
         allreduce: bool = True,
+        decode_max: int = 0,
     ) -> float:
         """Sum of the profiled op times for one step (seconds), before calibration.
 
@@ -561,30 +564,42 @@ class ProfileLatencyModel:
         of the table at the real batch (the longest real sequence sets the kernel time) and at
         the padded batch holding the same keys (the padded launch grid sets the waves). Each
         term is monotone when a sequence of at least the mean context joins, so the max is too.
+        With the longest decode context known (``decode_max``), attention follows it between
+        the equal-context and lognormal tables (`_decode_time`), and the padded-graph term is
+        scaled by the same factor.
         """
         if prefill_tokens <= 0:
             if decode_seqs <= 0:
                 return 0.0
             fixed, t, col = self._decode_fixed(decode_seqs, allreduce)
-            att = self._decode_time(decode_seqs, decode_ctx)
+            if decode_ctx > self._dec_kmax_all or decode_seqs > self._dec_b[-1]:
+                self._decode_time_ln(decode_seqs, decode_ctx)  # says once that it extrapolates
+            j, wm, _ = _locate(self._dec_m, decode_ctx / decode_seqs)
+            att = self._dec_grid.time_at(decode_seqs, j, wm)
+            spread = 1.0
+            even = self._dec_even
+            if decode_max > 0 and even is not None and decode_seqs > 1 and att > 0.0:
+                ev = even.time_at(decode_seqs, j, wm)
+                adj = self._with_spread(decode_seqs, decode_ctx, decode_max, att, ev)
+                spread = adj / att
+                att = adj
             if t != decode_seqs:
                 if col is None:  # padded batch off the table's batch grid (not the case so far)
                     padded = self._decode_time(t, decode_ctx)
                     full = self._decode_time(t, decode_ctx * t / decode_seqs)
                 else:  # padded batch on the grid: one column, linear in mean context
-                    ms = self._dec_m
-                    j, w, _ = _locate(ms, decode_ctx / t)
+                    j0 = j
+                    j, w, _ = _locate(self._dec_m, decode_ctx / t)
                     padded = col[j] + (col[j + 1] - col[j]) * w
-                    j, w, _ = _locate(ms, decode_ctx / decode_seqs)
-                    full = col[j] + (col[j + 1] - col[j]) * w
-                padded += self.pad_weight * (full - padded)
+                    full = col[j0] + (col[j0 + 1] - col[j0]) * wm
+                padded = spread * (padded + self.pad_weight * (full - padded))
                 if padded > att:
                     att = padded
             return fixed + self.layers * att
         t = self._piecewise_tokens(prefill_tokens + decode_seqs)
         total = self._lin_time(t) + self._head_time(prefill_seqs + decode_seqs)
         if decode_seqs > 0:
-            total += self.layers * self._decode_time(decode_seqs, decode_ctx)
+            total += self.layers * self._decode_time(decode_seqs, decode_ctx, decode_max)
         total += self.layers * self._prefill_time(prefill_seqs, prefill_tokens, prefill_attn)
         if allreduce and self._ar:
             total += self._allreduce_time(t)
@@ -620,17 +635,17 @@ class ProfileLatencyModel:
         prefill_seqs: int,
         decode_seqs: int,
         decode_ctx: int,
+        decode_max: int = 0,
     ) -> float:
         if prefill_tokens <= 0:
             if decode_seqs <= 0:
                 return 0.0
-            return self.base + self.gamma * self.ops_time(0, 0.0, 0, decode_seqs, decode_ctx)
-        out = (
-            self.base
-            + self.mixed
-            + self.gamma
-            * self.ops_time(prefill_tokens, prefill_attn, prefill_seqs, decode_seqs, decode_ctx)
+            ops = self.ops_time(0, 0.0, 0, decode_seqs, decode_ctx, True, decode_max)
+            return self.base + self.gamma * ops
+        ops = self.ops_time(
+            prefill_tokens, prefill_attn, prefill_seqs, decode_seqs, decode_ctx, True, decode_max
         )
+        out = self.base + self.mixed + self.gamma * ops
         floor = self.eager_floor_dec if decode_seqs > 0 else self.eager_floor
         return out if out > floor else floor
 
@@ -759,6 +774,78 @@ class ProfileLatencyModel:
             "heldout": self.heldout,
             "warnings": list(self.warnings),
         }
+
+
+def _decode_grid(pts: dict[tuple[float, float], float], ms: list[float]):
+    """(batches, columns) of decode times {(batch, total context): s} on the mean-context grid
+    ``ms``: linear in total context at fixed batch (clamped below the smallest, extrapolated
+    linearly past the largest), lifted by cumulative max along the mean context and along the
+    batch."""
+    bs = sorted({b for b, _ in pts})
+    grid = []
+    for b in bs:
+        ks = sorted(k for (bb, k) in pts if bb == b)
+        vs = _cummax([pts[(b, k)] for k in ks])
+        col = []
+        for m in ms:
+            k = b * m
+            if len(ks) == 1 or k <= ks[0]:
+                col.append(vs[0])
+                continue
+            i, w, _ = _locate(ks, k)
+            col.append(vs[i] + (vs[i + 1] - vs[i]) * w)
+        grid.append(_cummax(col))
+    for j in range(len(ms)):
+        colb = _cummax([grid[i][j] for i in range(len(bs))])
+        for i in range(len(bs)):
+            grid[i][j] = colb[i]
+    return bs, grid
+
+
+class _DecodeGrid:
+    """Decode attention of one spread on a (batch, mean context) grid (`_decode_grid`): linear
+    in mean context; between two grid batches geometric in batch; beyond the last one
+    proportional to batch. The batch-dependent part is memoized per batch."""
+
+    __slots__ = ("bs", "ms", "grid", "memo")
+
+    def __init__(self, bs: list[float], ms: list[float], grid: list[list[float]]):
+        self.bs, self.ms, self.grid = bs, ms, grid
+        self.memo: dict[float, tuple] = {}
+
+    def coeffs(self, b: float) -> tuple:
+        """(kind, column below, column above, exponent or factor): kind 0 = one column, 1 =
+        beyond the last grid batch (factor b / b_last), 2 = geometric blend."""
+        bs, g = self.bs, self.grid
+        if b <= bs[0] or len(bs) == 1:
+            return (0, g[0], None, 0.0)
+        i, _, _ = _locate(bs, b)
+        b0, b1 = bs[i], bs[i + 1]
+        if b >= b1:
+            return (1, g[i], g[i + 1], b / b1)
+        if b <= b0:
+            return (0, g[i], None, 0.0)
+        return (2, g[i], g[i + 1], math.log(b / b0) / math.log(b1 / b0))
+
+    def time(self, b: float, k: float) -> float:
+        j, wm, _ = _locate(self.ms, k / b)
+        return self.time_at(b, j, wm)
+
+    def time_at(self, b: float, j: int, wm: float) -> float:
+        """`time` with the mean context already located on ``ms`` (index j, weight wm)."""
+        c = self.memo.get(b)
+        if c is None:
+            c = self.memo[b] = self.coeffs(b)
+        kind, lo_c, hi_c, e = c
+        lo = lo_c[j] + (lo_c[j + 1] - lo_c[j]) * wm
+        if kind == 0:
+            return lo
+        hi = hi_c[j] + (hi_c[j + 1] - hi_c[j]) * wm
+        if kind == 1:
+            return hi * e
+        if lo <= 0.0:
+            return lo
+        return lo * (hi / lo) ** e
 
 
 def _q(vals: list[float], q: float) -> float | None:

@@ -156,8 +156,10 @@ class RooflineLatencyModel:
         prefill_seqs: int,
         decode_seqs: int,
         decode_ctx: int,
+        decode_max: int = 0,
     ) -> float:
-        """Seconds one step takes (see the module docstring for what is counted)."""
+        """Seconds one step takes (see the module docstring for what is counted). The bound
+        reads every key once whatever the spread, so ``decode_max`` is not used."""
         t = prefill_tokens + decode_seqs
         if t <= 0:
             return self.step_overhead_s
