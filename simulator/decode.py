@@ -19,7 +19,8 @@ Invariants:
   entries (member left, or key changed) are skipped when popped;
 * ``sum_dbase == sum(m._dbase for m in members)``;
 * every member has an entry ``(-_dbase, id, req)`` in ``_longest``; entries of requests that
-  left (or left and rejoined with another ``_dbase``) are stale and skipped when on top.
+  left (or left and rejoined with another ``_dbase``) are stale and skipped when on top, and
+  the heap is rebuilt from the members when it holds more than twice their number (+64).
 """
 
 from __future__ import annotations
@@ -82,6 +83,10 @@ class DecodeSet:
         del self.members[req.id]
         self.sum_dbase -= req._dbase
         req._fin_clock = req._grow_clock = -1
+        if len(self._longest) > 2 * len(self.members) + 64:
+            # stale entries below the top are never popped: rebuild (amortized O(1) a removal)
+            self._longest = [(-m._dbase, m.id, m) for m in self.members.values()]
+            heapq.heapify(self._longest)
         if req in self.joined:  # rare: left before its first decode step
             self.joined.remove(req)
         else:

@@ -131,3 +131,23 @@ def test_longest_decode_context_is_exact_and_decode_runs_agree():
                          coalesce=coalesce)  # fmt: skip
         np.testing.assert_allclose(cols["finish_s"], ref["finish_s"], rtol=1e-12, atol=1e-12)
     assert SimulatedExecutor(lat).can_precompute
+
+
+def test_longest_context_heap_stays_bounded():
+    """Stale entries of requests that left are dropped, so the heap does not grow with the
+    number of requests ever decoded."""
+    from simulator.decode import DecodeSet
+    from simulator.request import Request
+
+    d = DecodeSet()
+    live = []
+    for i in range(5000):
+        req = Request(i, 0.0, 10 + i % 97, 50)
+        req._num_computed = req.num_tokens - 1
+        d.add(req, capacity=10_000)
+        live.append(req)
+        if len(live) > 20:
+            d.remove(live.pop(0))
+        d.clock += 1
+        assert d.decode_max() == max(d.clock + 1 + r._dbase for r in live)
+    assert len(d._longest) <= 2 * len(d.members) + 64 + 1
