@@ -570,3 +570,24 @@ def test_decode_follows_the_longest_context_between_equal_and_lognormal(tmp_path
     # a table without equal-context rows ignores the longest context
     plain = ProfileLatencyModel(make_table(str(tmp_path / "p" / "toy_tp1")), SPEC, tp=1)
     assert plain.step_time(0, 0.0, 0, b, k, 1024) == plain.step_time(0, 0.0, 0, b, k)
+
+
+def test_report_refuses_a_real_run_in_another_mixed_step_mode():
+    """A real run whose mixed steps ran eagerly must not be scored against a table whose whole
+    steps were timed as piecewise graphs (or the other way round): the error names the field."""
+    from types import SimpleNamespace
+
+    from profiles.validate import build_report, table_mixed_mode
+    from simulator.errors import ConfigError
+
+    table = SimpleNamespace(meta={"step_runner": {"mixed_mode": "piecewise"}})
+    latency = SimpleNamespace(table=table)
+    assert table_mixed_mode(latency) == "piecewise"
+    assert table_mixed_mode(SimpleNamespace()) == "eager"  # roofline: no table
+    real = {"executor": {"mixed_mode": "eager"}, "summary": {}, "records": {}}
+    with pytest.raises(ConfigError) as e:
+        build_report("case", {}, real, latency)
+    assert "executor.mixed_mode" in str(e.value) and "piecewise" in str(e.value)
+    old = {"executor": {}, "summary": {}, "records": {}}  # a run from before the mode existed
+    with pytest.raises(ConfigError):
+        build_report("case", {}, old, latency)
