@@ -484,9 +484,13 @@ class ProfileLatencyModel:
         batches, geometric in ``b``; beyond the last grid batch, proportional to ``b``. The
         batch-dependent part is memoized per ``b`` (the hot path sees few distinct batches).
         """
+        self._check_decode_grid(b, k)
+        return self._dec_grid.time(b, k)
+
+    def _check_decode_grid(self, b: float, k: float) -> None:
+        """Say once when a decode batch lies beyond the table's grid (it is extrapolated)."""
         if k > self._dec_kmax_all or b > self._dec_b[-1]:
             self._warn_once("decode", f"decode batch {b:.0f} / total context {k:.0f} beyond grid")
-        return self._dec_grid.time(b, k)
 
     def _waves(self, s: float, c: float) -> int:
         """Waves of FlashAttention query-tile CTAs over the SMs for s chunks of c tokens."""
@@ -572,8 +576,7 @@ class ProfileLatencyModel:
             if decode_seqs <= 0:
                 return 0.0
             fixed, t, col = self._decode_fixed(decode_seqs, allreduce)
-            if decode_ctx > self._dec_kmax_all or decode_seqs > self._dec_b[-1]:
-                self._decode_time_ln(decode_seqs, decode_ctx)  # says once that it extrapolates
+            self._check_decode_grid(decode_seqs, decode_ctx)
             j, wm, _ = _locate(self._dec_m, decode_ctx / decode_seqs)
             att = self._dec_grid.time_at(decode_seqs, j, wm)
             spread = 1.0
@@ -588,10 +591,9 @@ class ProfileLatencyModel:
                     padded = self._decode_time(t, decode_ctx)
                     full = self._decode_time(t, decode_ctx * t / decode_seqs)
                 else:  # padded batch on the grid: one column, linear in mean context
-                    j0 = j
-                    j, w, _ = _locate(self._dec_m, decode_ctx / t)
-                    padded = col[j] + (col[j + 1] - col[j]) * w
-                    full = col[j0] + (col[j0 + 1] - col[j0]) * wm
+                    jt, wt, _ = _locate(self._dec_m, decode_ctx / t)
+                    padded = col[jt] + (col[jt + 1] - col[jt]) * wt
+                    full = col[j] + (col[j + 1] - col[j]) * wm
                 padded = spread * (padded + self.pad_weight * (full - padded))
                 if padded > att:
                     att = padded
