@@ -39,10 +39,11 @@ VARIANTS = {"piecewise": None, "eager": "eager", "full": "mixed_graphs"}
 PHASES = (
     ("gemm", 0.12),
     ("elementwise", 0.05),
-    ("attn_decode", 0.17),
-    ("attn_prefill", 0.18),
-    ("allreduce", 0.05),
-    ("steps", 0.43),
+    ("attn_decode", 0.15),
+    ("attn_decode_padded", 0.08),
+    ("attn_prefill", 0.16),
+    ("allreduce", 0.04),
+    ("steps", 0.40),
 )
 
 
@@ -124,9 +125,17 @@ DIFF_KEYS = {
     "gemm.csv": ("op", "tokens"),
     "elementwise.csv": ("op", "tokens"),
     "attn_decode.csv": ("batch", "total_ctx", "uneven", "causal"),
+    "attn_decode_padded.csv": ("batch", "padded_to", "total_ctx", "uneven"),
     "attn_prefill.csv": ("seqs", "chunk", "context_before"),
     "allreduce.csv": ("tp", "tokens"),
-    "steps.csv": ("prefill_tokens", "prefill_attn", "prefill_seqs", "decode_seqs"),
+    "steps.csv": (
+        "prefill_tokens",
+        "prefill_attn",
+        "prefill_seqs",
+        "decode_seqs",
+        "decode_ctx",
+        "decode_max",
+    ),
 }
 
 
@@ -323,7 +332,7 @@ def run_profile(
     grid = M.token_grid(max_tokens)
     torch.backends.cuda.matmul.allow_tf32 = False
     with torch.inference_mode():
-        for name in ("gemm", "elementwise", "attn_decode", "attn_prefill"):
+        for name in ("gemm", "elementwise", "attn_decode", "attn_decode_padded", "attn_prefill"):
             ts = time.time()
             if name == "gemm":
                 counts[name] = M.profile_gemm(out, sh, deadlines[name], grid)
@@ -333,7 +342,7 @@ def run_profile(
                 free = torch.cuda.mem_get_info()[0]
                 pool_tokens = min(2**22, int(free * 0.5) // (sh.KVH * sh.D * 2 * 2))
                 bench = M.AttnBench(sh, pool_tokens)
-                fn = M.profile_attn_decode if name == "attn_decode" else M.profile_attn_prefill
+                fn = getattr(M, f"profile_{name}")
                 counts[name] = fn(out, sh, deadlines[name], bench)
                 del bench
                 torch.cuda.empty_cache()
@@ -430,11 +439,15 @@ def run_profile(
         "git_commit": _git_commit(),
         "grid": {
             "gemm_tokens": f"{len(grid)} points in 1..{max_tokens} (powers of 2, 1.5x, multiples)",
-            "attn_decode": "batch 1..512 x total context 512..2097152 (uneven contexts, batch>=2)",
+            "attn_decode": "batch 1..512 x total context 512..2097152 (lognormal and equal "
+            "contexts, batch>=2)",
+            "attn_decode_padded": "every padded decode-graph batch to 64, then steps of 1/32 of "
+            "the capture size, x mean context 128..32768 (total <= 2M), at both spreads",
             "attn_prefill": "seqs {1,2,4,8,16} x chunk 16..16384 (powers of 2 and 1.5x) "
             "x context_before 0..32768",
             "steps": f"decode-only (CUDA graphs) and mixed prefill+decode ({mixed_mode}): a "
-            "hand-picked grid plus seeded random compositions, interleaved rounds; 1/3 held out",
+            "hand-picked grid plus seeded random compositions (decodes at the lognormal spread), "
+            "plus compositions with near-equal decode contexts; interleaved rounds; 1/3 held out",
         },
         "points_measured_this_run": counts,
         "time_taken_s": _merge_times(prev, times, total, replaced),

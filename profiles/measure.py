@@ -13,7 +13,10 @@ import sys
 import time
 
 from profiles import table as tbl
+from profiles.table import uneven_lengths
 from profiles.timing import rotations, time_calls
+
+__all__ = ["uneven_lengths"]  # re-exported: the profiler's callers import it from here
 
 
 def token_grid(max_tokens: int = 16384) -> list[int]:
@@ -261,26 +264,6 @@ def _cumsum(xs):
     return out
 
 
-def uneven_lengths(total: int, n: int, rng: random.Random | None = None) -> list[int]:
-    """n positive ints summing to total, spread like real batches, deterministically.
-
-    The lengths sit at the (i + 0.5) / n quantiles of a lognormal (sigma 0.8), so the longest /
-    mean ratio is a smooth function of n. This matters: torch 2.11's varlen FlashAttention has no
-    split-KV, so a decode call lasts about as long as its LONGEST sequence takes, and a random
-    draw would make the table jump by the luck of its maximum. ``rng`` is accepted and unused.
-    """
-    if n == 1:
-        return [total]
-    w = tbl.uneven_weights(n)
-    s = sum(w)
-    out = [max(1, int(total * x / s)) for x in w]
-    out[-1] += total - sum(out)
-    if out[-1] < 1:
-        out = [max(1, total // n)] * n
-        out[-1] += total - sum(out)
-    return out
-
-
 def decode_grid(max_batch: int = 512) -> list[tuple[int, int, int, int]]:
     """(batch, total_ctx, uneven, causal): coarse-first; uneven contexts for batch >= 2."""
     bs = [b for b in (1, 4, 16, 64, 256, 2, 8, 32, 128, 512) if b <= max_batch]
@@ -358,6 +341,60 @@ def profile_attn_decode(out: str, sh: Shapes, deadline: float, bench: AttnBench)
 
     todo = [p for p in decode_grid() if p not in done]
     return _bench_points(out, "attn_decode.csv", keys, todo, deadline, bench, plain, cap=8)
+
+
+#: mean contexts of the padded-decode grid (coarse first), and its largest total context
+PADDED_MEANS = (1024, 4096, 256, 16384, 2048, 512, 8192, 128, 32768)
+PADDED_MAX_TOTAL = 2**21
+
+
+def padded_batches(max_batch: int = 512) -> list[tuple[int, int]]:
+    """(batch, padded_to): every batch a decode CUDA graph pads, densely up to 64 sequences,
+    then the first batch past each capture size and steps of 1/32 of it.
+
+    Dense because the padded call is far from linear in batch (70B TP4 at ~255k keys: 515 us
+    at 33 real sequences, 287 at 36, 270 at 42; profiles/README.md): which sequences share a
+    wave of CTAs with the long ones moves with every sequence added.
+    """
+    from profiles.torch_model import CAPTURE_SIZES
+
+    out = []
+    for lo, t in zip(CAPTURE_SIZES, CAPTURE_SIZES[1:], strict=False):
+        if t > max_batch:
+            break
+        step = 1 if t <= 64 else t // 32
+        bs = [lo + 1] + list(range(lo + step, t, step))
+        out += [(b, t) for b in dict.fromkeys(bs) if lo < b < t]
+    return out
+
+
+def padded_decode_grid(max_batch: int = 512) -> list[tuple[int, int, int, int]]:
+    """(batch, padded_to, total_ctx, uneven): each padded batch at the `PADDED_MEANS` mean
+    contexts, at both spreads (lognormal and equal contexts: the padding penalty depends on
+    it, up to 4x at the lognormal spread and none at near-equal contexts), coarse-first."""
+    pts = []
+    for m in PADDED_MEANS:
+        for b, t in padded_batches(max_batch):
+            if b * m <= PADDED_MAX_TOTAL:
+                pts += [(b, t, b * m, 1), (b, t, b * m, 0)]
+    return pts
+
+
+def profile_attn_decode_padded(out: str, sh: Shapes, deadline: float, bench: AttnBench) -> int:
+    """Decode attention as a padded CUDA graph runs it: b real sequences and t - b one-token
+    dummies (the runner gives each dummy its own KV block; here they read fresh locations)."""
+    kv_tok = sh.KVH * sh.D * 2 * 2
+    keys = ("batch", "padded_to", "total_ctx", "uneven")
+    done = tbl.done_keys(out, "attn_decode_padded.csv", keys)
+
+    def padded(p):
+        b, t, k, uneven = p
+        klens = uneven_lengths(k, b) if uneven else uneven_lengths(k, b, 0.0)
+        return [1] * t, klens + [1] * (t - b), False, (k + t - b) * kv_tok
+
+    todo = [p for p in padded_decode_grid() if p not in done]
+    name = "attn_decode_padded.csv"
+    return _bench_points(out, name, keys, todo, deadline, bench, padded, cap=8)
 
 
 def prefill_grid(max_tokens: int = 16384) -> list[tuple[int, int, int]]:
@@ -468,42 +505,86 @@ def random_compositions(rng: random.Random, n_decode: int, n_mixed: int) -> list
     return out
 
 
+#: context spreads (lognormal sigma) of the decode batches of the `spread_compositions`: equal
+#: contexts, and a spread like real serving batches' (longest ~1.3-1.8x the mean; the op
+#: tables' lognormal rows use `tbl.UNEVEN_SIGMA`, longest up to ~5x)
+STEP_SIGMAS = (0.0, 0.3)
+
+
+def spread_compositions(rng: random.Random) -> list[tuple]:
+    """Compositions whose decodes hold near-equal contexts, so that the held-out steps also
+    score the model's interpolation in the longest context (`decode_max`) between the
+    equal-context and lognormal decode tables, and its padded-graph decode lookup at the
+    spreads real runs have: (kind, prefill or None, (batch, mean ctx), sigma)."""
+    out = []
+    for i, (b, ctx) in enumerate((b, c) for b in (4, 24, 42, 96, 160, 256) for c in (1024, 4096)):
+        out.append(("decode", None, (b, ctx), STEP_SIGMAS[i % 2]))
+    for i in range(16):
+        b, ctx = _log_uniform(rng, 2, 384), _log_uniform(rng, 128, 16384)
+        out.append(("decode", None, (b, ctx), STEP_SIGMAS[i % 2]))
+    for i in range(10):
+        s = rng.choice((1, 1, 1, 2, 4))
+        c = _log_uniform(rng, 1, 4096 // s)
+        b = 0 if rng.random() < 0.4 else _log_uniform(rng, 64, 16384)
+        decodes = (_log_uniform(rng, 2, 256), _log_uniform(rng, 128, 8192))
+        out.append(("mixed", (s, c, b), decodes, STEP_SIGMAS[i % 2]))
+    return out
+
+
 def step_compositions(
     capacity_tokens: int, max_tokens: int = 16384, max_model_len: int = 65536
 ) -> list[dict]:
     """Batch compositions from decode-only to prefill-heavy; ids and train/test split fixed.
 
-    The hand-picked grid comes first, then seeded random compositions. The split is drawn once
-    from a seeded generator, stratified by kind, before any fitting (one in three steps is held
-    out), so the held-out steps are never chosen by their error.
+    The hand-picked grid comes first, then seeded random compositions (decodes at the op
+    tables' lognormal spread), then the `spread_compositions` (near-equal contexts). The split
+    is drawn from seeded generators, stratified by kind, before any fitting (one in three steps
+    is held out), so the held-out steps are never chosen by their error; the spread
+    compositions are split on their own, which keeps the earlier steps' ids and split.
     """
     rng = random.Random(7)
     cands = []
     for b in (1, 4, 16, 48, 96, 160, 256):
         for ctx in (256, 1024, 3000, 8192):
-            cands.append(("decode", None, (b, ctx)))
-    cands += [("mixed", (s, c, b), (db, dctx)) for c, b, s, db, dctx in MIXED_GRID]
-    cands += random_compositions(random.Random(11), RANDOM_DECODE, RANDOM_MIXED)
+            cands.append(("decode", None, (b, ctx), tbl.UNEVEN_SIGMA))
+    cands += [
+        ("mixed", (s, c, b), (db, dctx), tbl.UNEVEN_SIGMA) for c, b, s, db, dctx in MIXED_GRID
+    ]
+    cands += [
+        (*c, tbl.UNEVEN_SIGMA)
+        for c in random_compositions(random.Random(11), RANDOM_DECODE, RANDOM_MIXED)
+    ]
+    n_lognormal = len(cands)
+    cands += spread_compositions(random.Random(13))
     comps = []
-    for kind, pre, (db, dctx) in cands:
+    for i, (kind, pre, (db, dctx), sigma) in enumerate(cands):
         s, c, b = pre or (0, 0, 0)
         if s * c + db > max_tokens or s * (b + c) + db * dctx > capacity_tokens * 0.9:
             continue
-        longest = max(uneven_lengths(db * dctx, db)) if db else 0
+        longest = max(uneven_lengths(db * dctx, db, sigma)) if db else 0
         if max(longest, b + c) > max_model_len:
             continue
-        comps.append({"kind": kind, "prefills": pre or [], "decodes": (db, dctx)})
+        comps.append(
+            {
+                "kind": kind,
+                "prefills": pre or [],
+                "decodes": (db, dctx),
+                "sigma": sigma,
+                "group": 0 if i < n_lognormal else 1,
+            }
+        )
     for i, comp in enumerate(comps):
         comp["step_id"] = i
-    for kind in ("decode", "mixed"):
-        ids = [c for c in comps if c["kind"] == kind]
-        rng.shuffle(ids)
-        for j, c in enumerate(ids):
-            c["split"] = "test" if j % 3 == 0 else "train"
+    for group in (0, 1):
+        for kind in ("decode", "mixed"):
+            ids = [c for c in comps if c["kind"] == kind and c["group"] == group]
+            rng.shuffle(ids)
+            for j, c in enumerate(ids):
+                c["split"] = "test" if j % 3 == 0 else "train"
     return comps
 
 
-def _step_batch(comp: dict, rng: random.Random) -> tuple[list, list]:
+def _step_batch(comp: dict) -> tuple[list, list]:
     prefills, decodes = [], []
     slot = 0
     if comp["prefills"]:
@@ -513,7 +594,7 @@ def _step_batch(comp: dict, rng: random.Random) -> tuple[list, list]:
             slot += 1
     db, dctx = comp["decodes"]
     if db:
-        for n in uneven_lengths(dctx * db, db, rng):
+        for n in uneven_lengths(dctx * db, db, comp.get("sigma", tbl.UNEVEN_SIGMA)):
             decodes.append((slot, n))
             slot += 1
     return prefills, decodes
@@ -554,15 +635,15 @@ def profile_steps(
     if not todo:
         return 0
     bar = Progress("steps", len(todo))
-    rng = random.Random(3)
     order_rng = random.Random(5)
-    batches = {c["step_id"]: _step_batch(c, rng) for c in todo}
+    batches = {c["step_id"]: _step_batch(c) for c in todo}
     count = 0
     for lo in range(0, len(todo), block):
         if time.time() > deadline:
             break
         chunk = todo[lo : lo + block]
         samples: dict[int, list[float]] = {c["step_id"]: [] for c in chunk}
+        walls: dict[int, list[float]] = {c["step_id"]: [] for c in chunk}
         failed: set[int] = set()
         t_block = time.time()
         n_rounds = rounds
@@ -586,7 +667,10 @@ def profile_steps(
                     try:
                         runner.run_step(*batches[sid])
                         for _ in range(timed_per_round):
-                            samples[sid].append(runner.run_step(*batches[sid]) * 1e6)
+                            t0 = time.perf_counter()
+                            gpu = runner.run_step(*batches[sid])
+                            walls[sid].append((time.perf_counter() - t0) * 1e6)
+                            samples[sid].append(gpu * 1e6)
                     except (ValueError, RuntimeError) as e:
                         failed.add(sid)
                         bar.step(f"skip {sid}: {str(e)[:30]}")
@@ -607,9 +691,11 @@ def profile_steps(
                 "prefill_seqs": len(prefills),
                 "decode_seqs": len(decodes),
                 "decode_ctx": sum(n for _, n in decodes),
+                "decode_max": max((n for _, n in decodes), default=0),
                 "includes_allreduce": 1 if runner.tp == 1 else 0,
                 "split": comp["split"],
                 **summarize(samples[sid]),
+                **{f"wall_{k}": v for k, v in summarize(walls[sid]).items()},
             }
             tbl.append_row(out, "steps.csv", row)
             count += 1

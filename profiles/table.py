@@ -7,12 +7,21 @@ p90 spread over repeats. All shapes are per GPU (TP-sharded). Schema (version 1)
 * ``gemm.csv``         op (qkv|o|gate_up|down|lm_head), tokens, n, k, median_us, p10_us, p90_us
 * ``attn_prefill.csv`` seqs, chunk, context_before, median_us, p10_us, p90_us  (one layer, causal)
 * ``attn_decode.csv``  batch, total_ctx, uneven, causal, median_us, p10_us, p90_us (one layer)
+* ``attn_decode_padded.csv`` batch, padded_to, total_ctx, uneven, median_us, p10_us, p90_us
+                       (optional; one layer: ``batch`` real sequences holding ``total_ctx``
+                       keys plus ``padded_to - batch`` one-token dummies, as a padded decode
+                       CUDA graph runs them)
 * ``elementwise.csv``  op (rmsnorm|rotary|silu_mul|embed|sampling), tokens, median_us, p10_us,
                        p90_us
 * ``allreduce.csv``    tp, tokens, bytes, median_us, p10_us, p90_us  (only where measured)
 * ``steps.csv``        step_id, kind (decode|mixed), cuda_graph, prefill_tokens, prefill_attn,
                        prefill_seqs, decode_seqs, decode_ctx, split (train|test), median_us,
-                       p10_us, p90_us, includes_allreduce
+                       p10_us, p90_us, includes_allreduce; optional ``decode_max`` (the
+                       longest decode context; without it the row ran the lognormal spread of
+                       `uneven_lengths` and the reader fills it in); optional
+                       ``wall_median_us``, ``wall_p10_us``, ``wall_p90_us`` (host wall-clock of
+                       the step: input preparation, launch and GPU work; the ``*_us`` times
+                       of steps.csv are the GPU's alone, by CUDA events)
 
 Invariants: every file named above except allreduce.csv exists; every CSV has at least its
 required columns, numbers where numbers are expected, and no negative times; ``meta.yaml`` names
@@ -37,14 +46,35 @@ SCHEMA_VERSION = 1
 UNEVEN_SIGMA = 0.8
 
 
-def uneven_weights(n: int) -> list[float]:
-    """Relative context lengths of an ``uneven=1`` decode row of n sequences, ascending."""
+def uneven_weights(n: int, sigma: float = UNEVEN_SIGMA) -> list[float]:
+    """Relative context lengths of n sequences at the (i + 0.5) / n quantiles of a lognormal
+    of this sigma, ascending (``uneven=1`` decode rows use `UNEVEN_SIGMA`; sigma 0 is equal)."""
     import statistics
 
-    if n <= 1:
+    if n <= 1 or sigma <= 0:
         return [1.0] * max(n, 0)
     nd = statistics.NormalDist()
-    return [math.exp(UNEVEN_SIGMA * nd.inv_cdf((i + 0.5) / n)) for i in range(n)]
+    return [math.exp(sigma * nd.inv_cdf((i + 0.5) / n)) for i in range(n)]
+
+
+def uneven_lengths(total: int, n: int, sigma: float = UNEVEN_SIGMA) -> list[int]:
+    """n positive ints summing to total, spread like real batches, deterministically.
+
+    The lengths sit at the (i + 0.5) / n quantiles of a lognormal (`uneven_weights`), so the
+    longest / mean ratio is a smooth function of n. This matters: torch 2.11's varlen
+    FlashAttention has no split-KV, so a decode call lasts about as long as its LONGEST sequence
+    takes, and a random draw would make the table jump by the luck of its maximum.
+    """
+    if n == 1:
+        return [total]
+    w = uneven_weights(n, sigma)
+    s = sum(w)
+    out = [max(1, int(total * x / s)) for x in w]
+    out[-1] += total - sum(out)
+    if out[-1] < 1:
+        out = [max(1, total // n)] * n
+        out[-1] += total - sum(out)
+    return out
 
 
 TIME_COLS = ("median_us", "p10_us", "p90_us")
@@ -54,6 +84,7 @@ SCHEMA: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "gemm.csv": (("tokens", "n", "k") + TIME_COLS, ("op",)),
     "attn_prefill.csv": (("seqs", "chunk", "context_before") + TIME_COLS, ()),
     "attn_decode.csv": (("batch", "total_ctx", "uneven", "causal") + TIME_COLS, ()),
+    "attn_decode_padded.csv": (("batch", "padded_to", "total_ctx", "uneven") + TIME_COLS, ()),
     "elementwise.csv": (("tokens",) + TIME_COLS, ("op",)),
     "allreduce.csv": (("tp", "tokens", "bytes") + TIME_COLS, ()),
     "steps.csv": (
@@ -71,7 +102,9 @@ SCHEMA: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("kind", "split"),
     ),
 }
-OPTIONAL_FILES = ("allreduce.csv",)
+OPTIONAL_FILES = ("allreduce.csv", "attn_decode_padded.csv")
+#: numeric columns a file may lack (older tables); `load_table` fills them in
+OPTIONAL_COLUMNS = {"steps.csv": ("decode_max", "wall_median_us", "wall_p10_us", "wall_p90_us")}
 GEMM_OPS = ("qkv", "o", "gate_up", "down", "lm_head")
 ELEMENTWISE_OPS = ("rmsnorm", "rotary", "silu_mul", "embed", "sampling")
 
@@ -116,10 +149,13 @@ def read_csv(path: str, name: str) -> list[dict]:
             for col in numeric + text:
                 if col not in header:
                     raise ConfigError(path, col, "required column is missing")
+            optional = [c for c in OPTIONAL_COLUMNS.get(name, ()) if c in header]
             rows = []
             for i, raw in enumerate(reader, start=2):
                 row: dict = {}
                 for col in numeric:
+                    row[col] = _num(raw.get(col), path, f"{col} (line {i})")
+                for col in optional:
                     row[col] = _num(raw.get(col), path, f"{col} (line {i})")
                 for col in text:
                     v = raw.get(col)
@@ -177,6 +213,10 @@ def load_table(table_dir: str, *, require_steps: bool = True) -> Table:
                 continue
             raise ConfigError(p, "", "required table file is missing")
         table.rows[name] = read_csv(p, name)
+    for row in table.rows["steps.csv"]:
+        if "decode_max" not in row:  # older tables: every decode batch ran the lognormal spread
+            n, k = int(row["decode_seqs"]), int(row["decode_ctx"])
+            row["decode_max"] = float(max(uneven_lengths(k, n))) if n > 0 else 0.0
     for row in table.rows["gemm.csv"]:
         if row["op"] not in GEMM_OPS:
             raise ConfigError(
@@ -210,13 +250,18 @@ def csv_columns(name: str) -> list[str]:
             "prefill_seqs",
             "decode_seqs",
             "decode_ctx",
+            "decode_max",
             "includes_allreduce",
             "split",
         ],
     }.get(name)
+    tail: list[str] = []
     if order is None:
         order = [c for c in numeric if c not in TIME_COLS]
-    return order + list(TIME_COLS)
+        order += list(OPTIONAL_COLUMNS.get(name, ()))
+    elif name == "steps.csv":
+        tail = [c for c in OPTIONAL_COLUMNS[name] if c not in order]
+    return order + list(TIME_COLS) + tail
 
 
 def append_row(table_dir: str, name: str, row: dict) -> None:
@@ -224,6 +269,14 @@ def append_row(table_dir: str, name: str, row: dict) -> None:
     path = os.path.join(table_dir, name)
     cols = csv_columns(name)
     new = not os.path.exists(path) or os.path.getsize(path) == 0
+    if not new:
+        with open(path, newline="") as f:
+            header = next(csv.reader(f), [])
+        if header != cols:
+            hint = " (re-time the whole steps: --redo-steps)" if name == "steps.csv" else ""
+            raise ConfigError(
+                path, "<header>", f"columns {header} differ from this profiler's {cols}{hint}"
+            )
     with open(path, "a", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         if new:
@@ -231,7 +284,7 @@ def append_row(table_dir: str, name: str, row: dict) -> None:
         out = {}
         for c in cols:
             v = row[c]
-            out[c] = f"{v:.3f}" if isinstance(v, float) and c in TIME_COLS else v
+            out[c] = f"{v:.3f}" if isinstance(v, float) and c.endswith("_us") else v
         w.writerow(out)
 
 

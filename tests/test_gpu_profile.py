@@ -129,3 +129,14 @@ def test_profile_tiny_table_and_resume(tmp_path):
     assert (tmp_path / "tiny_tp1" / "gemm.csv").read_text() == before  # resumed: nothing new
     m = load_for_report(out)
     assert m.step_time(0, 0, 0, 8, 800) > 0
+    # padded decode-graph calls at both spreads, and each step's longest decode context
+    from profiles.table import load_table
+
+    t = load_table(out)
+    padded = t.rows["attn_decode_padded.csv"]
+    assert {r["uneven"] for r in padded} == {0, 1}
+    assert all(r["batch"] < r["padded_to"] for r in padded)
+    assert m._pad_cols
+    for r in t.rows["steps.csv"]:
+        assert (r["decode_max"] > 0) == (r["decode_seqs"] > 0)
+        assert r["decode_max"] * r["decode_seqs"] >= r["decode_ctx"]

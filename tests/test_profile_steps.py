@@ -47,17 +47,22 @@ def test_split_is_fixed_and_stratified():
     again = M.step_compositions(400_000)
     assert comps == again  # seeded: same ids, shapes and split every time
     assert [c["step_id"] for c in comps] == list(range(len(comps)))
-    by_kind = collections.Counter((c["kind"], c["split"]) for c in comps)
-    for kind in ("decode", "mixed"):
-        n = by_kind[(kind, "test")] + by_kind[(kind, "train")]
-        assert by_kind[(kind, "test")] == -(-n // 3)  # one in three, rounded up
+    by_kind = collections.Counter((c["group"], c["kind"], c["split"]) for c in comps)
+    for group in (0, 1):  # lognormal-spread decodes, then near-equal ones: split on their own
+        for kind in ("decode", "mixed"):
+            n = by_kind[(group, kind, "test")] + by_kind[(group, kind, "train")]
+            assert n > 0 and by_kind[(group, kind, "test")] == -(-n // 3)  # one in three
+    # the near-equal-spread compositions come last, so the earlier steps keep their ids
+    groups = [c["group"] for c in comps]
+    assert groups == sorted(groups)
+    assert {c["sigma"] for c in comps if c["group"]} == set(M.STEP_SIGMAS)
     # the random compositions are there and respect the runner's limits
     assert len(comps) > len(M.MIXED_GRID) + 28
     for c in M.step_compositions(10_000_000, max_tokens=4096, max_model_len=20_000):
         s, ch, b = c["prefills"] or (0, 0, 0)
         db, dctx = c["decodes"]
         assert s * ch + db <= 4096 and b + ch <= 20_000
-        assert max(M.uneven_lengths(db * dctx, db)) <= 20_000 if db else True
+        assert max(M.uneven_lengths(db * dctx, db, c["sigma"])) <= 20_000 if db else True
     for c in M.step_compositions(60_000, max_tokens=4096):
         s, ch, b = c["prefills"] or (0, 0, 0)
         db, dctx = c["decodes"]
@@ -78,7 +83,20 @@ def test_each_step_runs_interleaved_rounds(tmp_path):
     assert r.calls[40:80:4] != first and sorted(r.calls[40:80:4]) == sorted(first)
     for row in rows:
         assert float(row["p10_us"]) <= float(row["median_us"]) <= float(row["p90_us"])
+        # the host wall-clock around each step is recorded too (here: the fake's own Python)
+        assert 0 < float(row["wall_p10_us"]) <= float(row["wall_median_us"])
+        assert float(row["wall_median_us"]) <= float(row["wall_p90_us"])
         assert row["split"] in ("train", "test")
+    # each row records its longest decode context: the spread its decodes ran at
+    comps = {c["step_id"]: c for c in M.step_compositions(r.capacity_tokens)}
+    for row in rows:
+        c = comps[int(row["step_id"])]
+        db, dctx = c["decodes"]
+        want = max(M.uneven_lengths(db * dctx, db, c["sigma"])) if db else 0
+        assert int(row["decode_max"]) == want
+        assert int(row["decode_ctx"]) == db * dctx
+        if db > 1 and c["sigma"] == 0:
+            assert want * db - db * dctx < db  # equal contexts (the remainder on the last)
 
 
 def test_resume_after_interruption_measures_only_missing_steps(tmp_path):

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from profiles.table import csv_columns, load_table
+from profiles.table import OPTIONAL_COLUMNS, csv_columns, load_table, uneven_lengths
 from simulator.errors import ConfigError
 from simulator.latency.base import StepLatencyModel, chunk_attn_pairs
 from simulator.latency.profiled import ProfileLatencyModel, heldout_report
@@ -25,8 +25,11 @@ BASE_S = 0.4e-3  # the per-step overhead the synthetic steps carry
 
 
 def _write(path, name, rows):
+    """Write rows with the profiler's columns, leaving out optional ones no row has."""
+    opt = OPTIONAL_COLUMNS.get(name, ())
+    cols = [c for c in csv_columns(name) if c not in opt or any(c in r for r in rows)]
     with open(os.path.join(path, name), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=csv_columns(name))
+        w = csv.DictWriter(f, fieldnames=cols)
         w.writeheader()
         for r in rows:
             w.writerow(r)
@@ -142,6 +145,7 @@ def make_table(
                 "prefill_seqs": s,
                 "decode_seqs": B,
                 "decode_ctx": K,
+                "decode_max": max(uneven_lengths(K, B)) if B else 0,
                 "includes_allreduce": 1,
                 "split": "test" if i % 3 == 0 else "train",
                 **_step_t(y * 1e6),

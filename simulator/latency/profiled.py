@@ -96,11 +96,17 @@ ATTN_Q_TILE = 128
 # the p10 instead was tried: held-out p95 fell (e.g. H100 Llama-3-8B 31.6% -> 10.8%) but the
 # end-to-end validation against real runs got worse (median 4.8% -> 5.3%, max 31% -> 52%).
 STEP_STAT = "median_us"
+# which clock: a step's WALL time (host work + GPU, ``wall_*_us`` columns, profiled since
+# session 4) where every steps.csv row has it, else its GPU time (CUDA events, ``*_us``). Wall
+# time is what a synchronous engine's step costs and what advances the clock of issue 6's real
+# runs: the input preparation and launch before the GPU starts (0.1-0.4 ms a step) is in it;
+# fitted on GPU time alone the model ran 3-5% fast on every real decode step.
+WALL_PREFIX = "wall_"
 
 
-def _measured(r: dict, stat: str = STEP_STAT) -> float:
-    """Seconds of a steps.csv row, by the statistic the model is fitted to."""
-    return r[stat] * 1e-6
+def _measured(r: dict, stat: str = STEP_STAT, prefix: str = "") -> float:
+    """Seconds of a steps.csv row, by the statistic (and clock) the model is fitted to."""
+    return r[prefix + stat] * 1e-6
 
 
 # ---- small interpolation helpers (pure Python; used at build time and in the hot path) -------
@@ -210,6 +216,10 @@ class ProfileLatencyModel:
         self.pad_weight = 0.0
         self.fit_info: dict = {}
         self.heldout: dict = {}
+        steps = table.rows["steps.csv"]
+        wall = bool(steps) and all(WALL_PREFIX + STEP_STAT in r for r in steps)
+        self.step_clock = "wall" if wall else "gpu"
+        self._prefix = WALL_PREFIX if wall else ""
         # calibration steps may lie beyond the op grid: note that once in describe(), but do not
         # raise the per-run "batch beyond the grid" warning on behalf of the table itself
         self._fitting: set[str] | None = set()
@@ -284,17 +294,16 @@ class ProfileLatencyModel:
             raise ConfigError(where, "causal", "no non-causal decode rows")
         # the lognormal-spread grid: uneven contexts (what real batches have; batch 1 only has
         # even ones); and, where measured, the equal-context grid for batch >= 2
-        pts: dict[tuple[float, float], tuple[int, float]] = {}
+        pts: dict[tuple[float, float], float] = {}
         even: dict[tuple[float, float], float] = {}
         for r in rows:
             key = (r["batch"], r["total_ctx"])
-            pref = 1 if r["uneven"] else 0
-            if key not in pts or pref > pts[key][0]:
-                pts[key] = (pref, r["median_us"] * 1e-6)
+            if r["uneven"] or r["batch"] <= 1:  # one sequence has no spread
+                pts[key] = r["median_us"] * 1e-6
             if not r["uneven"]:
                 even[key] = r["median_us"] * 1e-6
         ms = [float(2**i) for i in range(0, 21)]
-        bs, grid = _decode_grid({k: v for k, (_, v) in pts.items()}, ms)
+        bs, grid = _decode_grid(pts, ms)
         self._dec_b, self._dec_m, self._dec = bs, ms, grid
         self._dec_grid = _DecodeGrid(bs, ms, grid)
         self._dec_even = None
@@ -304,6 +313,47 @@ class ProfileLatencyModel:
         self._spread: dict[float, float] = {}
         self._dec_kmax = {b: max(k for (bb, k) in pts if bb == b) for b in bs}
         self._dec_kmax_all = max(self._dec_kmax.values())
+        self._build_padded()
+
+    def _build_padded(self) -> None:
+        """Padded decode-graph attention per real batch b (``attn_decode_padded.csv``), at
+        both spreads: ``self._pad_cols[b] = (lognormal column, equal column or None)`` on the
+        mean-context grid, for every b whose capture size has measured rows.
+
+        Between measured batches of one capture size t the columns are linear in b, ending at
+        the unpadded column at t (b = t: no padding). Each spread is lifted by cumulative max
+        along mean context and batch (`_decode_grid`), then capped at the unpadded column at t
+        (b real sequences and t - b one-token dummies never hold more keys than t real
+        sequences of the same mean): non-decreasing in b within a capture size. Capture sizes
+        without rows keep the fitted-weight estimate (`ops_time`).
+        """
+        self._pad_cols: dict[int, tuple] = {}
+        rows = self.table.rows.get("attn_decode_padded.csv") or []
+        if not rows:
+            return
+        ms = self._dec_m
+        dense: dict[int, list] = {}
+        for uneven, unpadded in ((1, self._dec_grid), (0, self._dec_even)):
+            pts = {(r["batch"], r["total_ctx"]): r["median_us"] * 1e-6
+                   for r in rows if r["uneven"] == uneven}  # fmt: skip
+            if not pts or unpadded is None:
+                continue
+            bs, grid = _decode_grid(pts, ms)
+            by_t: dict[int, list[tuple[int, list]]] = {}
+            for b, col in zip(bs, grid, strict=True):
+                by_t.setdefault(self._pad_of(int(b)), []).append((int(b), col))
+            for t, anchors in by_t.items():
+                if t not in unpadded.bs:
+                    continue
+                top = unpadded.grid[unpadded.bs.index(t)]
+                anchors.append((t, top))
+                for b in range(anchors[0][0], t):
+                    i = max(i for i, (ba, _) in enumerate(anchors) if ba <= b)
+                    (b0, c0), (b1, c1) = anchors[i], anchors[min(i + 1, len(anchors) - 1)]
+                    w = (b - b0) / (b1 - b0) if b1 > b0 else 0.0
+                    col = [min(x + (y - x) * w, cap) for x, y, cap in zip(c0, c1, top, strict=True)]
+                    dense.setdefault(b, [None, None])[uneven] = col
+        self._pad_cols = {b: (c[1], c[0]) for b, c in dense.items() if c[1] is not None}
 
     def _build_prefill(self) -> None:
         rows = self.table.rows["attn_prefill.csv"]
@@ -587,14 +637,22 @@ class ProfileLatencyModel:
                 spread = adj / att
                 att = adj
             if t != decode_seqs:
-                if col is None:  # padded batch off the table's batch grid (not the case so far)
+                measured = self._pad_cols.get(decode_seqs)
+                if measured is not None:  # the padded call itself, at this batch's spread
+                    cl, ce = measured
+                    padded = cl[j] + (cl[j + 1] - cl[j]) * wm
+                    if decode_max > 0 and ce is not None and padded > 0.0:
+                        pe = ce[j] + (ce[j + 1] - ce[j]) * wm
+                        padded = self._with_spread(decode_seqs, decode_ctx, decode_max, padded, pe)
+                elif col is None:  # padded batch off the table's batch grid (not the case so far)
                     padded = self._decode_time(t, decode_ctx)
                     full = self._decode_time(t, decode_ctx * t / decode_seqs)
                 else:  # padded batch on the grid: one column, linear in mean context
                     jt, wt, _ = _locate(self._dec_m, decode_ctx / t)
                     padded = col[jt] + (col[jt + 1] - col[jt]) * wt
                     full = col[j] + (col[j + 1] - col[j]) * wm
-                padded = spread * (padded + self.pad_weight * (full - padded))
+                if measured is None:
+                    padded = spread * (padded + self.pad_weight * (full - padded))
                 if padded > att:
                     att = padded
             return fixed + self.layers * att
@@ -661,6 +719,7 @@ class ProfileLatencyModel:
             int(r["decode_seqs"]),
             int(r["decode_ctx"]),
             allreduce=bool(r["includes_allreduce"]),
+            decode_max=int(r["decode_max"]),
         )
         mixed = 0.0
         if r["prefill_tokens"] > 0:
@@ -680,7 +739,9 @@ class ProfileLatencyModel:
         # matters where a train decode step is padded); the linear terms and floors are fitted
         # for each candidate, and the candidate with the least squared relative error is kept
         padded = any(
-            r["prefill_tokens"] <= 0 and self._pad_of(int(r["decode_seqs"])) != r["decode_seqs"]
+            r["prefill_tokens"] <= 0
+            and self._pad_of(int(r["decode_seqs"])) != r["decode_seqs"]
+            and int(r["decode_seqs"]) not in self._pad_cols
             for r in train
         )
         best = None
@@ -696,6 +757,7 @@ class ProfileLatencyModel:
         train_err = self._errors(train)
         self.fit_info = {
             "calibrated": True,
+            "step_clock": self.step_clock,
             "train_steps": len(train),
             "base_overhead_ms": round(self.base * 1e3, 4),
             "mixed_overhead_ms": round(self.mixed * 1e3, 4),
@@ -713,7 +775,7 @@ class ProfileLatencyModel:
 
     def _fit_linear(self, train: list[dict]) -> None:
         """NNLS for base, mixed, gamma on the steps no floor binds, then the eager floors."""
-        feats = [(self._step_features(r), _measured(r)) for r in train]
+        feats = [(self._step_features(r), _measured(r, prefix=self._prefix)) for r in train]
         floor, use = 0.0, list(range(len(feats)))
         for _ in range(2):  # fit the linear terms on steps the floor does not bind, then floor
             coef = _nnls(
@@ -737,7 +799,7 @@ class ProfileLatencyModel:
     def _errors(self, rows: list[dict]) -> list[float]:
         out = []
         for r in rows:
-            out.append(abs(self.predict_row(r) / _measured(r) - 1.0))
+            out.append(abs(self.predict_row(r) / _measured(r, prefix=self._prefix) - 1.0))
         return out
 
     def _row_parts(self, r: dict) -> tuple[float, float]:
@@ -868,8 +930,8 @@ def heldout_report(model: ProfileLatencyModel, test_rows: list[dict], worst: int
     for r in test_rows:
         lin, floor = model._row_parts(r)
         pred = max(lin, floor)
-        errs.append((pred / _measured(r) - 1.0, r, pred))
-        vs_p10.append(abs(pred / _measured(r, "p10_us") - 1.0))
+        errs.append((pred / _measured(r, prefix=model._prefix) - 1.0, r, pred))
+        vs_p10.append(abs(pred / _measured(r, "p10_us", model._prefix) - 1.0))
         bound.append(floor > lin)
     absv = [abs(e[0]) for e in errs]
     by_bound = {}
@@ -880,7 +942,7 @@ def heldout_report(model: ProfileLatencyModel, test_rows: list[dict], worst: int
     errs.sort(key=lambda e: -abs(e[0]))
     return {
         "test_steps": len(errs),
-        "measured_stat": STEP_STAT,
+        "measured_stat": model._prefix + STEP_STAT,
         "median_abs_err": _q(absv, 0.5),
         "p95_abs_err": _q(absv, 0.95),
         "max_abs_err": round(max(absv), 5),
@@ -902,7 +964,7 @@ def heldout_report(model: ProfileLatencyModel, test_rows: list[dict], worst: int
                 else 0,
                 "decode_seqs": int(r["decode_seqs"]),
                 "decode_ctx": int(r["decode_ctx"]),
-                "measured_ms": round(_measured(r) * 1e3, 3),
+                "measured_ms": round(_measured(r, prefix=model._prefix) * 1e3, 3),
                 "predicted_ms": round(p * 1e3, 3),
                 "rel_err": round(e, 4),
             }
