@@ -13,12 +13,12 @@ Step time (seconds) = ``base + mixed * [prefill_tokens > 0] + gamma * ops + allr
   plus embedding and final norm: piecewise-linear in T over the profiled token grid;
 * ``attn_decode`` = FlashAttention decode (query length 1, not causal) per layer, on a
   (batch B, mean context K / B) grid: linear in mean context, log-log in B; for decode-only
-  steps the larger of the value at B and the padded-graph value ``(1 - w) table(t, K) +
-  w table(t, K t / B)`` at the padded batch t. The runner pads with 1-token dummies: w = 0
-  says they cost nothing and only the larger launch grid (fewer KV splits, other waves) slows
-  the real sequences; w = 1 that every padded slot costs like a real sequence of the mean
-  context. w is fitted on train steps (``describe()['fit']['padded_decode_weight']``). Timing
-  the padded calls directly in the op bench was tried and not kept (profiles/README.md);
+  steps the larger of the value at B and the padded-graph call at B: B real sequences plus
+  t - B one-token dummies up to the capture size t, as the runner's graph runs them, measured
+  in ``attn_decode_padded.csv`` at both spreads (`_build_padded`). Tables without those rows
+  (or a capture size without them) use ``(1 - w) table(t, K) + w table(t, K t / B)`` instead,
+  w fitted on train steps (``describe()['fit']['padded_decode_weight']``): w = 0 says the
+  dummies cost nothing, w = 1 that each costs like a real sequence of the mean context;
 * ``attn_prefill`` = causal FlashAttention over prompt chunks per layer, looked up at the mean
   chunk ``T_p / s`` and mean cached context ``A / T_p - (chunk + 1) / 2``: linear in context,
   log-log in number of sequences, and in chunk length linear in ``waves * (context + chunk)``
@@ -34,15 +34,18 @@ lognormal (sigma 0.8) quantiles (`profiles.table.uneven_weights`), the ``uneven=
 contexts. Given the step's longest decode context (``decode_max``), decode attention is linear
 in it between the equal-context value (longest = mean) and the lognormal one, extrapolated up to
 ``SPREAD_EXTRAP`` gaps beyond and held there (`_decode_time`); without it (``decode_max`` 0, or a
-table without equal-context rows) the lognormal spread is assumed. Padded decode graphs scale
-their padded term by the same factor. The whole-step calibration rows ran lognormal contexts
-and are fitted with that spread.
+table without equal-context rows) the lognormal spread is assumed. Measured padded calls are
+placed between their own two spreads the same way (the fitted-weight estimate is scaled by the
+unpadded factor). Whole-step calibration rows carry their own ``decode_max`` (lognormal and
+near-equal spreads; older tables without the column ran the lognormal spread).
 
-Calibration (fitted on train steps only): ``base`` (every step), ``mixed`` (eager steps, i.e.
-any prefill), ``gamma`` (scale on the op sum), the padded-graph decode weight ``w`` (searched
-on a 0..1 grid in steps of 0.1 when a train decode step is padded; else 0), and an eager
-floor: an eager step can't be faster than the Python launch time of its forward (fitted
-separately for prefill-only steps and for steps with two attention calls a layer).
+Calibration (fitted on train steps only, to each step's host wall-clock median where steps.csv
+has it, else its GPU time: ``step_clock``; see ``WALL_PREFIX``): ``base`` (every step),
+``mixed`` (eager steps, i.e. any prefill), ``gamma`` (scale on the op sum), the padded-graph
+decode weight ``w`` (searched on a 0..1 grid in steps of 0.1 when a train decode step is padded
+at a batch without measured padded rows; else 0), and an eager floor: an eager step can't be
+faster than the Python launch time of its forward (fitted separately for prefill-only steps and
+for steps with two attention calls a layer).
 Decode-only steps are modeled as the runner executes them: padded to the next CUDA-graph
 capture size. Mixed steps of a table whose whole steps ran as piecewise CUDA graphs (meta.yaml
 ``step_runner.mixed_mode: piecewise``, the default since session 3) run their GEMMs, norms and
