@@ -23,7 +23,8 @@ CUDA graph's one-time capture (a step that triggers a capture is run again and t
 timed), nor Python garbage collection (paused during a step, ``pause_gc``): the collector's
 pauses scale with the *simulator's* heap (workload, request records), not an engine's, and an
 eager step allocates enough Python objects to trigger them. ``time_mode="gpu"`` returns only
-the CUDA-event time StepRunner reports (what the profiled tables model).
+the CUDA-event time StepRunner reports (what the profiled tables modelled before session 4;
+since then they are fitted to the profiled steps' host wall-clock, as ``wall`` here measures).
 
 KV cache: StepRunner is built with ``num_blocks`` = the experiment's ``kv_cache.num_blocks`` so
 the simulated allocator's block ids index the real cache. With torch 2.11, ``varlen_attn`` has no

@@ -28,7 +28,8 @@ Timing (``run_step``): CUDA events recorded around the forward and sampling. Inc
 and any GPU idle time caused by Python / kernel-launch overhead of the forward (eager mode: for
 small batches this CPU time exceeds the GPU time, ~10-15 ms a step for 32 layers). Not included:
 the scheduler's host work, building the step's metadata and copying it to the GPU (done before
-the start event), detokenization, and overlap with the next step. Decode-only steps run as CUDA
+the start event; `profiles.measure.profile_steps` times that too, as wall-clock around
+``run_step``), detokenization, and overlap with the next step. Decode-only steps run as CUDA
 graphs captured per (padded batch size, max_k bucket), as vLLM pads to capture sizes; mixed
 steps run eagerly. Production engines also graph-capture mixed steps (piecewise graphs), so
 their small mixed steps are faster than this runner's.
