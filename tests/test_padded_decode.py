@@ -220,7 +220,8 @@ def test_model_fits_wall_time_where_every_step_has_it(tmp_path):
 
 
 REQUIRED = ("h200/llama-3-8b_tp1", "h200/llama-2-7b_tp1", "h200/qwen2.5-7b_tp1",
-            "h100/llama-3-8b_tp1", "h100/llama-2-7b_tp1", "h200/llama-3-70b_tp4")  # fmt: skip
+            "h100/llama-3-8b_tp1", "h100/llama-2-7b_tp1", "h200/llama-3-70b_tp4",
+            "h200/llama-3-70b_tp2")  # fmt: skip
 
 
 @pytest.mark.parametrize("table", REQUIRED)
