@@ -337,8 +337,11 @@ class ProfileLatencyModel:
         ms = self._dec_m
         dense: dict[int, list] = {}
         for uneven, unpadded in ((1, self._dec_grid), (0, self._dec_even)):
-            pts = {(r["batch"], r["total_ctx"]): r["median_us"] * 1e-6
-                   for r in rows if r["uneven"] == uneven}  # fmt: skip
+            pts = {
+                (r["batch"], r["total_ctx"]): r["median_us"] * 1e-6
+                for r in rows
+                if r["uneven"] == uneven
+            }
             if not pts or unpadded is None:
                 continue
             bs, grid = _decode_grid(pts, ms)
