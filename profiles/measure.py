@@ -389,7 +389,7 @@ def profile_attn_decode_padded(out: str, sh: Shapes, deadline: float, bench: Att
 
     def padded(p):
         b, t, k, uneven = p
-        klens = uneven_lengths(k, b) if uneven else uneven_lengths(k, b, 0.0)
+        klens = uneven_lengths(k, b, tbl.UNEVEN_SIGMA if uneven else 0.0)
         return [1] * t, klens + [1] * (t - b), False, (k + t - b) * kv_tok
 
     todo = [p for p in padded_decode_grid() if p not in done]

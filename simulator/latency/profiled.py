@@ -107,11 +107,6 @@ STEP_STAT = "median_us"
 WALL_PREFIX = "wall_"
 
 
-def _measured(r: dict, stat: str = STEP_STAT, prefix: str = "") -> float:
-    """Seconds of a steps.csv row, by the statistic (and clock) the model is fitted to."""
-    return r[prefix + stat] * 1e-6
-
-
 # ---- small interpolation helpers (pure Python; used at build time and in the hot path) -------
 
 
@@ -621,12 +616,11 @@ class ProfileLatencyModel:
 
         Decode-only steps replay a CUDA graph captured for the next capture size, as in the step
         runner: the GEMMs, norms and sampling run at the padded batch. Attention takes the larger
-        of the table at the real batch (the longest real sequence sets the kernel time) and at
-        the padded batch holding the same keys (the padded launch grid sets the waves). Each
-        term is monotone when a sequence of at least the mean context joins, so the max is too.
-        With the longest decode context known (``decode_max``), attention follows it between
-        the equal-context and lognormal tables (`_decode_time`), and the padded-graph term is
-        scaled by the same factor.
+        of the table at the real batch (the longest real sequence sets the kernel time) and the
+        padded call: measured (`_padded_measured`) or, in tables without those rows, estimated
+        from the padded batch's column (`_padded_estimate`). With the longest decode context
+        known (``decode_max``), attention follows it between the equal-context and lognormal
+        values (`_with_spread`); the estimate is scaled by the real batch's factor.
         """
         if prefill_tokens <= 0:
             if decode_seqs <= 0:
@@ -643,22 +637,11 @@ class ProfileLatencyModel:
                 spread = adj / att
                 att = adj
             if t != decode_seqs:
-                measured = self._pad_cols.get(decode_seqs)
-                if measured is not None:  # the padded call itself, at this batch's spread
-                    cl, ce = measured
-                    padded = cl[j] + (cl[j + 1] - cl[j]) * wm
-                    if decode_max > 0 and ce is not None and padded > 0.0:
-                        pe = ce[j] + (ce[j + 1] - ce[j]) * wm
-                        padded = self._with_spread(decode_seqs, decode_ctx, decode_max, padded, pe)
-                elif col is None:  # padded batch off the table's batch grid (not the case so far)
-                    padded = self._decode_time(t, decode_ctx)
-                    full = self._decode_time(t, decode_ctx * t / decode_seqs)
-                else:  # padded batch on the grid: one column, linear in mean context
-                    jt, wt, _ = _locate(self._dec_m, decode_ctx / t)
-                    padded = col[jt] + (col[jt + 1] - col[jt]) * wt
-                    full = col[j] + (col[j + 1] - col[j]) * wm
-                if measured is None:
-                    padded = spread * (padded + self.pad_weight * (full - padded))
+                cols = self._pad_cols.get(decode_seqs)
+                if cols is not None:  # the padded call itself, measured
+                    padded = self._padded_measured(cols, decode_seqs, decode_ctx, decode_max, j, wm)
+                else:
+                    padded = spread * self._padded_estimate(decode_seqs, decode_ctx, t, col, j, wm)
                 if padded > att:
                     att = padded
             return fixed + self.layers * att
@@ -670,6 +653,30 @@ class ProfileLatencyModel:
         if allreduce and self._ar:
             total += self._allreduce_time(t)
         return total
+
+    def _padded_measured(self, cols, b, k, kmax, j: int, wm: float) -> float:
+        """One layer's padded decode-graph attention of b sequences (k keys, longest kmax) from
+        the measured columns ``cols = (lognormal, equal or None)`` (`_build_padded`), at the
+        mean context located on the grid (j, wm), placed between the spreads like `_with_spread`."""
+        cl, ce = cols
+        padded = cl[j] + (cl[j + 1] - cl[j]) * wm
+        if kmax > 0 and ce is not None and padded > 0.0:
+            pe = ce[j] + (ce[j + 1] - ce[j]) * wm
+            padded = self._with_spread(b, k, kmax, padded, pe)
+        return padded
+
+    def _padded_estimate(self, b, k, t: int, col, j: int, wm: float) -> float:
+        """The session-2 estimate of padded decode attention at the lognormal spread, for
+        tables without measured padded rows: ``(1 - w) table(t, k) + w table(t, k t / b)``
+        (``col``: the table's column at t, or None when t is off its batch grid)."""
+        if col is None:  # padded batch off the table's batch grid (not the case so far)
+            padded = self._decode_time(t, k)
+            full = self._decode_time(t, k * t / b)
+        else:  # padded batch on the grid: one column, linear in mean context
+            jt, wt, _ = _locate(self._dec_m, k / t)
+            padded = col[jt] + (col[jt + 1] - col[jt]) * wt
+            full = col[j] + (col[j + 1] - col[j]) * wm
+        return padded + self.pad_weight * (full - padded)
 
     def _allreduce_time(self, t: float) -> float:
         i, w, _ = _locate(self._ar_tok, t)
@@ -781,7 +788,7 @@ class ProfileLatencyModel:
 
     def _fit_linear(self, train: list[dict]) -> None:
         """NNLS for base, mixed, gamma on the steps no floor binds, then the eager floors."""
-        feats = [(self._step_features(r), _measured(r, prefix=self._prefix)) for r in train]
+        feats = [(self._step_features(r), self.measured(r)) for r in train]
         floor, use = 0.0, list(range(len(feats)))
         for _ in range(2):  # fit the linear terms on steps the floor does not bind, then floor
             coef = _nnls(
@@ -802,10 +809,15 @@ class ProfileLatencyModel:
         self.eager_floor = floor
         self.eager_floor_dec = floor_dec
 
+    def measured(self, r: dict, stat: str = STEP_STAT) -> float:
+        """Seconds of a steps.csv row, by the statistic and clock (``step_clock``) the model is
+        fitted to."""
+        return r[self._prefix + stat] * 1e-6
+
     def _errors(self, rows: list[dict]) -> list[float]:
         out = []
         for r in rows:
-            out.append(abs(self.predict_row(r) / _measured(r, prefix=self._prefix) - 1.0))
+            out.append(abs(self.predict_row(r) / self.measured(r) - 1.0))
         return out
 
     def _row_parts(self, r: dict) -> tuple[float, float]:
@@ -936,8 +948,8 @@ def heldout_report(model: ProfileLatencyModel, test_rows: list[dict], worst: int
     for r in test_rows:
         lin, floor = model._row_parts(r)
         pred = max(lin, floor)
-        errs.append((pred / _measured(r, prefix=model._prefix) - 1.0, r, pred))
-        vs_p10.append(abs(pred / _measured(r, "p10_us", model._prefix) - 1.0))
+        errs.append((pred / model.measured(r) - 1.0, r, pred))
+        vs_p10.append(abs(pred / model.measured(r, "p10_us") - 1.0))
         bound.append(floor > lin)
     absv = [abs(e[0]) for e in errs]
     by_bound = {}
@@ -970,7 +982,7 @@ def heldout_report(model: ProfileLatencyModel, test_rows: list[dict], worst: int
                 else 0,
                 "decode_seqs": int(r["decode_seqs"]),
                 "decode_ctx": int(r["decode_ctx"]),
-                "measured_ms": round(_measured(r, prefix=model._prefix) * 1e3, 3),
+                "measured_ms": round(model.measured(r) * 1e3, 3),
                 "predicted_ms": round(p * 1e3, 3),
                 "rel_err": round(e, 4),
             }
