@@ -5,6 +5,7 @@ from policies.continuous import ContinuousBatching
 from policies.dynamic import DynamicBatching
 from policies.speculative import Speculative
 from policies.static import StaticBatching
+from policies.vllm import Vllm
 
 POLICIES = {
     ContinuousBatching.name: ContinuousBatching,
@@ -12,6 +13,7 @@ POLICIES = {
     DynamicBatching.name: DynamicBatching,
     ChunkedPrefill.name: ChunkedPrefill,
     Speculative.name: Speculative,
+    Vllm.name: Vllm,
 }
 
 __all__ = ["POLICIES"]

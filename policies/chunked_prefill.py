@@ -26,6 +26,8 @@ a request is chunked only after its KV for the chunk is allocated.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from policies.base import Policy
 from policies.common import (
     grow_decodes,
@@ -42,18 +44,27 @@ from simulator.request import Status
 
 class ChunkedPrefill(Policy):
     name = "chunked_prefill"
+    #: parameter defaults (a subclass modelling one engine's defaults overrides them)
+    defaults: ClassVar[dict] = {
+        "max_num_seqs": 256,
+        "max_num_batched_tokens": 2048,
+        "watermark": 0.01,
+    }
 
     def __init__(self, sec: Section, engine: dict):
         super().__init__(sec, engine)
-        self.max_num_seqs = sec.int("max_num_seqs", 256, min=1)
-        self.max_num_batched_tokens = sec.int("max_num_batched_tokens", 2048, min=1)
+        d = self.defaults
+        self.max_num_seqs = sec.int("max_num_seqs", d["max_num_seqs"], min=1)
+        self.max_num_batched_tokens = sec.int(
+            "max_num_batched_tokens", d["max_num_batched_tokens"], min=1
+        )
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise sec.error(
                 "max_num_batched_tokens",
                 f"expected >= max_num_seqs {self.max_num_seqs} (every running decode needs a "
                 f"token of the budget), got {self.max_num_batched_tokens}",
             )
-        self.watermark = sec.num("watermark", 0.01, min=0, max=0.5)
+        self.watermark = sec.num("watermark", d["watermark"], min=0, max=0.5)
         self._watermark_blocks = int(self.watermark * engine["num_blocks"])
         self.preemption = Preemption(sec, engine)
         self.token_budget = self.max_num_batched_tokens

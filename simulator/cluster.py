@@ -16,8 +16,13 @@ from workloads.spec import RequestSpec
 
 
 class Cluster:
-    def __init__(self, env: simpy.Environment, specs: list[RequestSpec], router):
+    def __init__(self, env: simpy.Environment, specs: list[RequestSpec], router, input_delay=None):
+        """``input_delay(prompt_tokens) -> s``: time from a request's arrival at the server to
+        its arrival in the engine (a serving frontend's input path; None: no delay). Requests
+        enter the engine in arrival order (FIFO), each at the later of its own entry time and
+        the previous one's; ``Request.arrival_s`` stays the arrival at the server."""
         self.env = env
+        self.input_delay = input_delay
         self.specs = specs
         self.router = router
         self.replicas: list = []
@@ -36,11 +41,14 @@ class Cluster:
         self.env.process(self._arrivals())
 
     def _arrivals(self):
-        env = self.env
+        env, prev = self.env, -math.inf
         for i, spec in enumerate(self.specs):
-            self.next_arrival_s = spec.arrival_s
-            if spec.arrival_s > env.now:
-                yield env.timeout(spec.arrival_s - env.now)
+            entry = spec.arrival_s
+            if self.input_delay is not None:
+                entry = max(entry + self.input_delay(spec.num_prompt_tokens), prev)
+            prev = self.next_arrival_s = entry
+            if entry > env.now:
+                yield env.timeout(entry - env.now)
             req = Request(
                 i, spec.arrival_s, spec.num_prompt_tokens, spec.num_output_tokens, spec.hash_ids
             )

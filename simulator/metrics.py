@@ -52,8 +52,10 @@ def weighted_dist(values, weights) -> dict:
     return out
 
 
-def request_table(requests) -> dict[str, np.ndarray]:
-    """Column arrays of per-request facts (NaN where undefined)."""
+def request_table(requests, output_delay_s: float = 0.0) -> dict[str, np.ndarray]:
+    """Column arrays of per-request facts (NaN where undefined). ``output_delay_s`` is the
+    time from a token leaving the engine to reaching the client (a serving frontend's output
+    path): it moves every token time, so TTFT and E2E, not TPOT or ITL."""
     n = len(requests)
     nan = math.nan
     cols = {
@@ -84,6 +86,8 @@ def request_table(requests) -> dict[str, np.ndarray]:
         cols["replica"][i] = -1 if r.replica is None else r.replica
         status.append(r.status.name.lower())
         reason.append(r.reject_reason or "")
+    cols["first_token_s"] += output_delay_s
+    cols["finish_s"] += output_delay_s
     arr = cols["arrival_s"]
     done = np.array([s == "finished" for s in status], dtype=bool)
     cols["ttft_s"] = cols["first_token_s"] - arr

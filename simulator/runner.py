@@ -96,7 +96,13 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
     num_blocks, block_size = main.num_blocks, main.block_size
 
     lat_sec = top.section("latency", {})
-    latency = build_latency(lat_sec, model, gpu, tp, where, base_dir)
+    mode = (
+        top.data.get("cluster", {}).get("mode", "colocated")
+        if isinstance(top.data.get("cluster"), dict)
+        else "colocated"
+    )
+    serving_engine = "vllm" if mode == "colocated" and main.policy_cls.name == "vllm" else None
+    latency = build_latency(lat_sec, model, gpu, tp, where, base_dir, serving_engine)
 
     cl = top.section("cluster", {})
     mode = cl.str("mode", "colocated", choices=["colocated", "disaggregated"])
@@ -196,7 +202,10 @@ def simulate(built: Built, executor_factory=None) -> Results:
     """
     t0 = time.perf_counter()
     env = simpy.Environment()
-    cluster = Cluster(env, built.workload.requests, built.router)
+    frontend = getattr(built.latency, "frontend", None)
+    cluster = Cluster(
+        env, built.workload.requests, built.router, frontend.input_s if frontend else None
+    )
     replicas = built.make_replicas(env, cluster, executor_factory)
     cluster.start()
     if built.horizon_s is not None:
@@ -207,7 +216,7 @@ def simulate(built: Built, executor_factory=None) -> Results:
     else:
         env.run()
         end_s = env.now
-    cols = request_table(cluster.requests)
+    cols = request_table(cluster.requests, frontend.output_s if frontend else 0.0)
     steps = step_arrays(replicas)
     summary = summarize(
         cols, steps, replicas, slo=built.slo, model=built.model, gpu=built.gpu, tp=built.tp,

@@ -1,8 +1,12 @@
 """Pick the step-latency model an experiment asks for.
 
 ``latency.model``:
-* ``auto`` (default): the shipped profiled table for this GPU, model and TP if one exists
-  (``profiles/<gpu>/<model>_tp<k>/``), else the roofline model, labelled as such;
+* ``auto`` (default): the shipped profiled table for this GPU, model and TP if one exists, else
+  the roofline model, labelled as such. With the ``vllm`` policy, the whole-step table measured
+  through vLLM (``profiles/<gpu>/vllm-0.24/<model>_tp<k>/``, `engine_steps`) comes first: it
+  times the engine that policy schedules; other policies keep servesim's own forward's tables
+  (``profiles/<gpu>/<model>_tp<k>/``). A table is only used for the bf16 model it measured;
+  a quantized model falls back to the roofline model and says so;
 * ``profile``: a profiled table (``latency.table`` names its folder; default as for auto), an
   error if none;
 * ``roofline``: the analytic bound from the model and GPU catalogs;
@@ -23,16 +27,30 @@ from simulator.models import ModelSpec
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def default_table_dir(model: ModelSpec, gpu: GPUSpec, tp: int) -> Path | None:
-    """The shipped table for this (gpu, model, tp), if there is one."""
+#: folder of the tables measured through each serving engine, by the engine's policy name
+ENGINE_TABLES = {"vllm": "vllm-0.24"}
+
+
+def default_table_dir(
+    model: ModelSpec, gpu: GPUSpec, tp: int, engine: str | None = None
+) -> Path | None:
+    """The shipped table for this (gpu, model, tp[, serving engine]), if there is one."""
+    sub = [ENGINE_TABLES[engine]] if engine in ENGINE_TABLES else []
     for gpu_dir in dict.fromkeys([gpu.name, gpu.name.split("-")[0]]):
-        cand = REPO_ROOT / "profiles" / gpu_dir / f"{model.name}_tp{tp}"
-        if (cand / "meta.yaml").is_file():
-            return cand
+        for parts in (sub, []) if sub else ([],):
+            cand = REPO_ROOT.joinpath("profiles", gpu_dir, *parts, f"{model.name}_tp{tp}")
+            if (cand / "meta.yaml").is_file():
+                return cand
     return None
 
 
-def build_latency(sec: Section, model: ModelSpec, gpu: GPUSpec, tp: int, where: str, base_dir):
+def _is_bf16(model: ModelSpec) -> bool:
+    return model.bytes_per_weight == 2 and model.bytes_per_kv == 2
+
+
+def build_latency(
+    sec: Section, model: ModelSpec, gpu: GPUSpec, tp: int, where: str, base_dir, engine=None
+):
     kind = sec.str("model", "auto", choices=["auto", "profile", "roofline", "constant"])
     table = sec.str("table", None)
     overhead_ms = sec.num("step_overhead_ms", None, min=0)
@@ -52,8 +70,17 @@ def build_latency(sec: Section, model: ModelSpec, gpu: GPUSpec, tp: int, where: 
         table_dir = _resolve(table, Path(base_dir))
         if table_dir is None:
             raise sec.error("table", f"no profiled table folder at {table!r}")
+    elif _is_bf16(model):
+        table_dir = default_table_dir(model, gpu, tp, engine)
     else:
-        table_dir = default_table_dir(model, gpu, tp)
+        table_dir = None
+        if kind == "profile":
+            raise sec.error(
+                "model",
+                f"the shipped tables measured bf16 weights and KV; {model.name} has "
+                f"{model.bytes_per_weight} bytes per weight and {model.bytes_per_kv} per KV "
+                "element (name a table measured at that precision with latency.table)",
+            )
     if table_dir is None:
         if kind == "profile":
             raise sec.error(
@@ -62,10 +89,14 @@ def build_latency(sec: Section, model: ModelSpec, gpu: GPUSpec, tp: int, where: 
                 "`servesim profile` or use model: roofline",
             )
         return _roofline(model, gpu, tp, overhead_ms, where, sec.key("model"))
-    from simulator.latency.profiled import ProfileLatencyModel
-
     if overhead_ms is not None:
         raise sec.error("step_overhead_ms", "only the roofline model takes a fixed overhead")
+    if (table_dir / "meta.yaml").read_text().find("kind: engine_steps") >= 0:
+        from simulator.latency.engine_steps import EngineStepModel
+
+        return EngineStepModel(table_dir, model.name, tp)
+    from simulator.latency.profiled import ProfileLatencyModel
+
     return ProfileLatencyModel(table_dir, model, tp)
 
 

@@ -1,0 +1,159 @@
+"""vLLM v1's scheduler as ``vllm serve`` runs it (vLLM 0.24.0), with async scheduling.
+
+Every rule below is read from vLLM 0.24.0's source, ``vllm/v1/core/sched/scheduler.py``
+(``Scheduler.schedule``) unless another file is named:
+
+1. **One token budget** per step, ``max_num_batched_tokens`` (``token_budget =
+   self.max_num_scheduled_tokens``), and at most ``max_num_seqs`` running requests
+   (``if len(self.running) == self.max_num_running_reqs: break``). ``vllm serve`` on an
+   H100/H200 uses 8192 and 1024 (``EngineArgs`` defaults for the ``OPENAI_API_SERVER`` usage
+   context; read back from the engine by ``profiles/vllm_run.py``); they are this policy's
+   defaults.
+2. **Running requests first**, in admission order (``while req_index < len(self.running)``):
+   each gets ``num_tokens - num_computed_tokens`` tokens (one for a decode, the rest of its
+   prompt for a partial prefill), capped by ``long_prefill_token_threshold`` when > 0 and by the
+   budget left. Decodes are the decode set here (one budget token each); partial prefills come
+   after them, as in vLLM, where the partially prefilled request is the newest running one.
+3. **Recompute preemption of the last-admitted running request** when KV blocks run out
+   (``preempted_req = self.running.pop()``; ``_preempt_request`` frees its blocks, sets
+   ``num_computed_tokens = 0`` and puts it at the *front* of ``waiting``), repeated until the
+   allocation succeeds or the request itself was preempted.
+4. **Waiting requests FCFS**, only in a step without preemptions (``if not preempted_reqs``),
+   while budget is left: prefix-cache hits count as computed (``get_computed_blocks``), the
+   chunk is ``min(num_tokens - num_computed, threshold, budget)`` (chunked prefill on), and a
+   request is admitted only if its *whole* prompt fits in the free blocks
+   (``scheduler_reserve_full_isl = True``, ``allocate_slots(..., full_sequence_must_fit)``,
+   vllm/config/scheduler.py and vllm/v1/core/kv_cache_manager.py; ``watermark`` 0.0). The first
+   one that does not fit stops admission (``break``).
+5. **max_num_partial_prefills**: vLLM 0.24's v1 scheduler does not read it (only
+   ``SchedulerConfig`` does, to derive ``long_prefill_token_threshold = 4% of max_model_len``
+   when it is > 1); with the default 1 the threshold stays 0 (off). This policy does the same.
+6. **Async scheduling** (``--async-scheduling``, on by default; ``EngineCore.
+   step_with_batch_queue`` in vllm/v1/engine/core.py): step k+1 is planned while step k runs,
+   before k's outputs are processed. A request that arrives while step k runs is taken from
+   the input queue only after step k's outputs (``run_busy_loop`` processes the input queue
+   between loop iterations), when k+1 is already planned: it can first run in step k+2. Only
+   when the engine has nothing else to run is it planned at once. Decodes never stall: a
+   request whose prompt completes in step k is planned in k+1 with an output placeholder
+   (``AsyncScheduler._update_after_schedule``), and no step is planned past ``max_tokens``.
+
+Left out, and why: KV blocks freed by requests finishing in step k become usable one step later
+under async scheduling (here: at once); the cost of processing an arrival in the engine-core
+process (a few milliseconds of host work per request, seen in ``profiles/vllm_table.py``'s
+launch stamps); priorities (FCFS only); LoRA, structured output, speculative decoding,
+encoder inputs and KV connectors.
+
+Because rule 6 makes a plan depend on when the previous step started, decode runs are not
+coalesced (``coalescable = False``): results are exact, at some cost in simulation speed.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from policies.chunked_prefill import ChunkedPrefill
+from policies.common import grow_decodes, prefix_hit, start_from_cache, too_long
+from simulator.cfg import Section
+from simulator.plan import IDLE, StepPlan
+from simulator.request import Status
+
+
+class Vllm(ChunkedPrefill):
+    name = "vllm"
+    coalescable = False
+
+    defaults: ClassVar[dict] = {
+        "max_num_seqs": 1024,
+        "max_num_batched_tokens": 8192,
+        "watermark": 0.0,
+    }
+
+    def __init__(self, sec: Section, engine: dict):
+        super().__init__(sec, engine)
+        self.long_prefill_token_threshold = sec.int("long_prefill_token_threshold", 0, min=0)
+        self.async_scheduling = sec.bool("async_scheduling", True)
+        #: plan time of the step running now (None: the engine is idle)
+        self._running_since: float | None = None
+
+    def params(self) -> dict:
+        return {
+            **super().params(),
+            "long_prefill_token_threshold": self.long_prefill_token_threshold,
+            "async_scheduling": self.async_scheduling,
+        }
+
+    def schedule(self, replica, now: float) -> StepPlan:
+        cutoff = now
+        if self.async_scheduling and self._running_since is not None:
+            cutoff = self._running_since  # arrivals during the running step wait one more
+        plan = self._plan(replica, now, cutoff)
+        if plan is IDLE and cutoff < now:
+            plan = self._plan(replica, now, now)  # nothing else to run: plan it at once
+        self._running_since = None if plan is IDLE else now
+        return plan
+
+    def _plan(self, replica, now: float, cutoff: float) -> StepPlan:
+        pre = self.preemption
+        budget = self.max_num_batched_tokens
+        before = pre.stats["recompute"] + pre.stats["swap"]
+        if replica.decoding:
+            grow_decodes(replica, pre.preempt)
+            budget -= len(replica.decoding)
+        chunks: list = []
+        budget = self._continue_prefills(replica, budget, chunks)
+        if pre.stats["recompute"] + pre.stats["swap"] == before:
+            self._admit(replica, now, cutoff, budget, chunks)
+        decode = len(replica.decoding) > 0
+        extra = pre.take_extra_s()
+        if not chunks and not decode and not extra:
+            return IDLE
+        return StepPlan(chunks=tuple(chunks), decode=decode or bool(extra), extra_s=extra)
+
+    def _chunk(self, pending: int, budget: int) -> int:
+        t = self.long_prefill_token_threshold
+        return min(pending, t if 0 < t < pending else pending, budget)
+
+    def _continue_prefills(self, replica, budget: int, chunks: list) -> int:
+        kv = replica.kv
+        for req in list(replica.running.values()):
+            if budget <= 0:
+                break
+            if req._dset is not None or req.status != Status.RUNNING:
+                continue
+            n = self._chunk(req.num_pending, budget)
+            while not kv.allocate(req, req.num_computed + n):
+                victim = next(reversed(replica.running.values()))
+                self.preemption.preempt(replica, victim)
+                if victim is req:
+                    break
+            else:
+                chunks.append((req, n))
+                budget -= n
+        return budget
+
+    def _admit(self, replica, now: float, cutoff: float, budget: int, chunks: list) -> None:
+        waiting, kv, pre = replica.waiting, replica.kv, self.preemption
+        while budget > 0 and waiting and len(replica.running) < self.max_num_seqs:
+            req = waiting[0]
+            if req.arrival_s > cutoff and req.num_preemptions == 0:
+                break  # not yet seen by the engine core (rule 6)
+            if req.num_preemptions == 0 and req.first_scheduled_s is None:
+                reason = too_long(replica, req, req.num_prompt_tokens, 0)
+                if reason:
+                    waiting.popleft()
+                    replica.reject(req, reason, now)
+                    continue
+            swapped = pre.is_swapped(req)
+            hit = prefix_hit(replica, req)
+            start = hit or req.num_computed
+            n = self._chunk(req.num_tokens - start, budget)
+            if not kv.can_allocate(req, req.num_tokens, 0):
+                break  # the whole sequence must fit (rule 4)
+            waiting.popleft()
+            kv.allocate(req, start + n)
+            start_from_cache(req, hit)
+            if swapped:
+                pre.swap_in(req)
+            replica.admit(req, now)
+            chunks.append((req, n))
+            budget -= n

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# On a lent GPU machine: install vLLM 0.24.0 from the parts carried in .vllm/ (see
+# profiles/README.md, "Tables through vLLM"), then run engine jobs: device_vllm.sh JOB:NAME ...
+# Each job's outputs (engine.json, steps, phases, log) are packed into $OUT/NAME.tgz.
+set -uo pipefail
+VL=/root/vl
+mkdir -p $VL
+mv .vllm/p0* $VL/ 2>/dev/null || true
+if [ ! -d $VL/site/vllm ]; then
+  (cd $VL && cat p00 p01 p02 > all.tar && sha256sum all.tar && tar xf all.tar && mkdir -p site \
+    && tar xJf vllm-trim.tar.xz -C site \
+    && python3 -m pip install -q --no-index --no-deps --no-compile --target site deps/*.whl \
+    && rm -f all.tar vllm-trim.tar.xz) || { echo "vllm install failed"; exit 3; }
+fi
+export PYTHONPATH=$VL/site:$PWD PYTHONUNBUFFERED=1
+python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)" || exit 4
+for spec in "$@"; do
+  job=${spec%%:*}; name=${spec##*:}; dir=/tmp/runs/$name
+  rm -rf $dir; mkdir -p $dir
+  echo "=== $name ($job) $(date +%T)"
+  timeout ${JOB_TIMEOUT:-540} python3 -m profiles.vllm_run "$job" --out $dir > $dir/log.txt 2>&1
+  echo "rc=$? $(date +%T)"
+  grep -E "^\[|^phase|Error|error|Traceback" $dir/log.txt | tail -n 25
+  tar czf $OUT/$name.tgz -C /tmp/runs $name
+done

@@ -1,0 +1,75 @@
+"""Jobs for a serving engine run (pure Python): arrivals with their fingerprint, model folders.
+
+Why: a real run is only comparable with a simulation of the *same* arrivals on the *same* model
+and engine. The arrivals are built by servesim's own workload builder from the experiment YAML
+(so the simulation replays exactly them), written with a fingerprint that hashes the arrivals,
+the model, the GPU, TP and the engine. The real run copies the fingerprint into its output, and
+a report refuses a real run whose fingerprint differs from the experiment's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+
+from simulator.cfg import Section
+from simulator.config import apply_overrides, load_yaml
+from simulator.models import load_model
+
+ENGINE = "vllm-0.24.0"
+
+
+def experiment(path: str, overrides: list[str] | None = None) -> dict:
+    return apply_overrides(load_yaml(path), overrides or [])
+
+
+def arrivals(cfg: dict, where: str) -> list[list]:
+    """``[[arrival_s, prompt_tokens, output_tokens], ...]`` exactly as `simulator.runner.build`
+    draws them for this config (same seed stream)."""
+    from workloads.build import build_workload
+
+    seed = int(cfg.get("seed", 0))
+    wl_seed, _ = np.random.SeedSequence(seed).spawn(2)
+    wl = build_workload(
+        Section(cfg["workload"], where, "workload"),
+        np.random.default_rng(wl_seed),
+        Path(where).resolve().parent,
+    )
+    return [[r.arrival_s, r.num_prompt_tokens, r.num_output_tokens] for r in wl.requests]
+
+
+def fingerprint(cfg: dict, where: str, reqs: list[list]) -> dict:
+    """What a real run must match: arrivals hash, model, GPU, TP and engine."""
+    model = load_model(cfg["model"], where, "model")
+    hw = cfg.get("hardware", {})
+    h = hashlib.sha256(json.dumps(reqs, separators=(",", ":")).encode()).hexdigest()[:16]
+    return {
+        "arrivals_sha256_16": h,
+        "num_requests": len(reqs),
+        "model": model.name,
+        "gpu": str(hw.get("gpu", "?")),
+        "tp": int(hw.get("tp", 1)),
+        "engine": ENGINE,
+    }
+
+
+def write_arrivals(cfg: dict, where: str, out: Path) -> dict:
+    reqs = arrivals(cfg, where)
+    fp = fingerprint(cfg, where, reqs)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"fingerprint": fp, "requests": reqs}, separators=(",", ":")))
+    return fp
+
+
+def fingerprint_mismatch(expected: dict, got: dict | None) -> list[str]:
+    """The fields in which a real run's fingerprint differs from the experiment's."""
+    if not got:
+        return ["the real run has no fingerprint"]
+    return [
+        f"{k}: experiment {expected[k]!r}, real run {got.get(k)!r}"
+        for k in expected
+        if got.get(k) != expected[k]
+    ]

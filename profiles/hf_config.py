@@ -1,0 +1,58 @@
+"""A Hugging Face ``config.json`` for a catalog model, so an engine can build it with dummy weights.
+
+Why: vLLM builds a model from its ``config.json``; with ``load_format="dummy"`` it never reads
+weights, and step times do not depend on weight values. Generating the file from the catalog's
+`ModelSpec` (the same numbers the simulator uses) means the table measures exactly the shapes the
+simulator will charge, with no network and no weights.
+
+Only the fields that decide shapes and kernels are set; the architecture name picks vLLM's model
+class (``LlamaForCausalLM`` for Llama-style GQA + SwiGLU, ``Qwen2ForCausalLM`` when the q/k/v
+projections carry a bias). Rotary parameters are the published ones; they change numbers, not
+time.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from simulator.models import ModelSpec
+
+#: rope_theta per catalog family (published configs); any value gives the same step time
+_ROPE_THETA = {"llama-3": 500000.0, "llama-3.1": 500000.0, "qwen2.5": 1000000.0}
+
+
+def hf_config(spec: ModelSpec) -> dict:
+    """The ``config.json`` dict for ``spec`` (bf16 weights)."""
+    family = spec.name.rsplit("-", 1)[0]
+    qwen = spec.qkv_bias
+    cfg = {
+        "architectures": ["Qwen2ForCausalLM" if qwen else "LlamaForCausalLM"],
+        "model_type": "qwen2" if qwen else "llama",
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.intermediate_size,
+        "num_hidden_layers": spec.num_layers,
+        "num_attention_heads": spec.num_heads,
+        "num_key_value_heads": spec.num_kv_heads,
+        "head_dim": spec.head_dim,
+        "vocab_size": spec.vocab_size,
+        "max_position_embeddings": spec.max_model_len,
+        "rms_norm_eps": 1e-5 if not qwen else 1e-6,
+        "rope_theta": _ROPE_THETA.get(family, 10000.0),
+        "hidden_act": "silu",
+        "tie_word_embeddings": spec.tie_embeddings,
+        "torch_dtype": "bfloat16",
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    }
+    if not qwen:
+        cfg["attention_bias"] = False
+        cfg["mlp_bias"] = False
+    return cfg
+
+
+def write_model_dir(spec: ModelSpec, out_dir: Path) -> Path:
+    """Write ``config.json`` into ``out_dir`` (created) and return the folder."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.json").write_text(json.dumps(hf_config(spec), indent=1) + "\n")
+    return out_dir

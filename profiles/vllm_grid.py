@@ -1,0 +1,82 @@
+"""The batch compositions an engine-backed profile drives vLLM through (pure Python).
+
+vLLM is not a kernel bench: it decides its own batches. So the grid is a list of *scenarios*,
+sets of requests submitted together, chosen so that the engine's own scheduler produces the
+compositions the latency model needs (see ``profiles/README.md``):
+
+* ``batch``: ``B`` prompts of length ``C`` (or lognormal lengths of mean ``C``, the spread real
+  batches have) with ``out`` output tokens each. vLLM prefills them in 8192-token chunks (pure
+  and multi-sequence prefill steps, chunks over cached context), then early finishers decode
+  beside later prefills (mixed steps), then all ``B`` decode together for ``out`` steps
+  (decode-only steps at batch ``B`` and contexts ``C .. C + out``);
+* ``inject``: a running decode batch, into which single prompts of length ``P`` are injected one
+  at a time (mixed steps: ``B`` decodes + one chunk of ``P``).
+
+Every prompt is random token ids, distinct per request, so prefix caching (on, as ``vllm serve``
+has it) never hits. The held-out split is by scenario, so no held-out step has a near-twin (the
+next decode step of the same batch) in the training set.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 384, 512)
+DECODE_CONTEXTS = (128, 1024, 4096)
+SPREAD_BATCHES = (8, 32, 128)
+SPREAD_CONTEXTS = (512, 2048)
+INJECT_BASES = ((4, 512), (32, 512), (128, 512), (4, 2048), (32, 2048), (96, 2048))
+INJECT_PROMPTS = (8, 64, 256, 1024, 3000, 7000)
+PREFILL_ONLY = (16, 48, 100, 200, 350, 500, 700, 1000, 1500, 2500, 4000, 6000, 8000)
+#: decode steps per batch scenario
+DECODE_OUT = 24
+#: a batch scenario's prompt tokens at most (its prefill time is the grid's main cost)
+MAX_SCENARIO_TOKENS = 300_000
+TEST_EVERY = 3  # every third scenario (by a seeded shuffle) is held out
+
+
+def scenarios(max_model_len: int, kv_tokens: int, seed: int = 0) -> list[dict]:
+    """The profiling scenarios for a model whose engine holds ``kv_tokens`` KV tokens."""
+    rng = random.Random(seed)
+    cap = min(MAX_SCENARIO_TOKENS, int(0.8 * kv_tokens))
+    out: list[dict] = []
+    for c in DECODE_CONTEXTS:
+        for b in DECODE_BATCHES:
+            if b * (c + DECODE_OUT) <= cap and c + DECODE_OUT < max_model_len:
+                out.append(_batch(f"dec_b{b}_c{c}", [c] * b, DECODE_OUT))
+    for c in SPREAD_CONTEXTS:
+        for b in SPREAD_BATCHES:
+            lens = _lognormal(rng, b, c, 1.0, max_model_len - DECODE_OUT - 1)
+            if sum(lens) + b * DECODE_OUT <= cap:
+                out.append(_batch(f"spread_b{b}_c{c}", lens, DECODE_OUT))
+    for p in PREFILL_ONLY:
+        if p + 2 < max_model_len:
+            out.append(_batch(f"prefill_p{p}", [p], 2))
+    for b, c in INJECT_BASES:
+        inj = [p for p in INJECT_PROMPTS if p + c < max_model_len]
+        if b * c <= cap:
+            out.append(
+                {"id": f"inject_b{b}_c{c}", "kind": "inject", "prompts": [c] * b, "inject": inj}
+            )
+    order = list(range(len(out)))
+    rng.shuffle(order)
+    for rank, i in enumerate(order):
+        out[i]["split"] = "test" if rank % TEST_EVERY == 0 else "train"
+    return out
+
+
+def _batch(sid: str, prompts: list[int], n_out: int) -> dict:
+    return {"id": sid, "kind": "batch", "prompts": prompts, "out": n_out}
+
+
+def _lognormal(rng: random.Random, n: int, mean: float, sigma: float, hi: int) -> list[int]:
+    """``n`` lengths, lognormal with the given mean and sigma, clipped to [16, hi]."""
+    mu = math.log(mean) - sigma * sigma / 2
+    return [max(16, min(hi, int(rng.lognormvariate(mu, sigma)))) for _ in range(n)]
+
+
+def prompt_ids(seed: int, rid: str, n: int, vocab: int) -> list[int]:
+    """Random token ids for request ``rid``: distinct per request, reproducible per seed."""
+    r = random.Random(f"{seed}/{rid}")
+    return [r.randrange(100, vocab - 100) for _ in range(n)]

@@ -1,0 +1,227 @@
+"""Drive vLLM in-process as ``vllm serve`` builds it, and record what it does (needs vLLM + GPU).
+
+``python -m profiles.vllm_run JOB.json --out DIR`` starts one `AsyncLLM` engine (V1, the
+``OPENAI_API_SERVER`` usage context, so the defaults are those of ``vllm serve``: async
+scheduling, chunked prefill with 8192 batched tokens, prefix caching, FlashAttention 3, full and
+piecewise CUDA graphs) on a generated ``config.json`` with dummy weights, then runs the job's
+phases on it:
+
+* ``{"name", "kind": "profile", "seed"}``: the scenarios of `profiles.vllm_grid`, one after
+  another with the engine idle in between;
+* ``{"name", "kind": "replay", "arrivals": FILE}``: requests submitted at their arrival times,
+  one asyncio task per request, streaming tokens (what a serving client sees).
+
+Every engine step is recorded by `profiles.vllm_steps` (composition, plan and completion time on
+the frontend's monotonic clock). Per request: submit time, and the time and token count of each
+streamed output. Written under DIR: ``engine.json`` (versions, effective engine config, KV
+capacity), ``steps.jsonl.<pid>``, ``<phase>.json.gz`` (requests + phase window + scenarios).
+
+Nothing here fits or judges anything: it only records. Requests use random token ids, exact
+output lengths (``min_tokens = max_tokens``, ``ignore_eos``) and no detokenization.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from profiles import vllm_grid, vllm_steps
+
+SERVE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "VLLM_USE_FLASHINFER_SAMPLER": "0",
+    "VLLM_WORKER_MULTIPROC_METHOD": "fork",
+}
+
+
+def start_engine(model_dir: str, tp: int, overrides: dict):
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.usage.usage_lib import UsageContext
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    args = AsyncEngineArgs(
+        model=model_dir,
+        load_format="dummy",
+        skip_tokenizer_init=True,
+        tensor_parallel_size=tp,
+        **overrides,
+    )
+    return AsyncLLM.from_engine_args(args, usage_context=UsageContext.OPENAI_API_SERVER)
+
+
+def engine_facts(engine) -> dict:
+    """Versions and the engine config as it took effect (read back, never assumed)."""
+    import torch
+    import vllm
+
+    cfg = engine.vllm_config
+    sc, cc, mc, comp = cfg.scheduler_config, cfg.cache_config, cfg.model_config, None
+    comp = cfg.compilation_config
+    pick = _pick
+    return {
+        "vllm_version": vllm.__version__,
+        "torch_version": torch.__version__,
+        "gpu": torch.cuda.get_device_name(0),
+        "gpu_count": torch.cuda.device_count(),
+        "scheduler": pick(
+            sc,
+            "max_num_batched_tokens max_num_seqs enable_chunked_prefill "
+            "long_prefill_token_threshold max_num_partial_prefills policy "
+            "async_scheduling scheduler_reserve_full_isl watermark",
+        ),
+        "cache": pick(
+            cc, "block_size gpu_memory_utilization num_gpu_blocks enable_prefix_caching cache_dtype"
+        ),
+        "model": pick(mc, "max_model_len dtype"),
+        "compilation": pick(
+            comp, "mode cudagraph_mode cudagraph_capture_sizes max_cudagraph_capture_size"
+        ),
+        "async_scheduling": getattr(sc, "async_scheduling", None),
+    }
+
+
+def _pick(obj, names: str) -> dict:
+    out = {}
+    for n in names.split():
+        v = getattr(obj, n, None)
+        out[n] = v if isinstance(v, (int, float, str, bool, type(None), list)) else str(v)
+    return out
+
+
+class Client:
+    """Submits requests to the engine and keeps what a streaming client sees."""
+
+    def __init__(self, engine, vocab: int, seed: int):
+        self.engine, self.vocab, self.seed = engine, vocab, seed
+        self.records: dict[str, dict] = {}
+
+    async def request(self, rid: str, prompt_len: int, n_out: int, first: asyncio.Event = None):
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        ids = vllm_grid.prompt_ids(self.seed, rid, prompt_len, self.vocab)
+        sp = SamplingParams(max_tokens=n_out, min_tokens=n_out, ignore_eos=True, detokenize=False)
+        rec = {"prompt": prompt_len, "out": n_out, "t_submit": time.monotonic(), "times": []}
+        self.records[rid] = rec
+        seen = 0
+        async for o in self.engine.generate(TokensPrompt(prompt_token_ids=ids), sp, request_id=rid):
+            n = len(o.outputs[0].token_ids)
+            if n > seen:
+                rec["times"].append([time.monotonic(), n - seen])
+                seen = n
+                if first is not None and not first.is_set():
+                    first.set()
+        rec["t_end"] = time.monotonic()
+
+
+async def run_scenario(client: Client, sc: dict) -> dict:
+    t0 = time.monotonic()
+    sid = sc["id"]
+    if sc["kind"] == "batch":
+        await asyncio.gather(
+            *(client.request(f"{sid}/{i}", p, sc["out"]) for i, p in enumerate(sc["prompts"]))
+        )
+    else:
+        await _inject(client, sc)
+    return {"id": sid, "split": sc["split"], "t0": t0, "t1": time.monotonic()}
+
+
+async def _inject(client: Client, sc: dict) -> None:
+    """A decode batch runs while prompts are injected one at a time; then it is aborted."""
+    sid, base = sc["id"], sc["prompts"]
+    long_out = 4000
+    firsts = [asyncio.Event() for _ in base]
+    tasks = [
+        asyncio.create_task(client.request(f"{sid}/{i}", p, long_out, firsts[i]))
+        for i, p in enumerate(base)
+    ]
+    await asyncio.gather(*(e.wait() for e in firsts))
+    await asyncio.sleep(0.05)
+    for j, p in enumerate(sc["inject"]):
+        await client.request(f"{sid}/inj{j}", p, 2)
+        await asyncio.sleep(0.03)
+    for i in range(len(base)):
+        await client.engine.abort(f"{sid}/{i}")
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def run_profile(client: Client, phase: dict, facts: dict) -> dict:
+    kv_tokens = facts["cache"]["num_gpu_blocks"] * facts["cache"]["block_size"]
+    scs = vllm_grid.scenarios(facts["model"]["max_model_len"], kv_tokens, phase.get("seed", 0))
+    done = []
+    for sc in scs:
+        done.append(await run_scenario(client, sc))
+        await asyncio.sleep(0.15)
+        print(f"[{phase['name']}] {sc['id']}: {done[-1]['t1'] - done[-1]['t0']:.2f} s", flush=True)
+    return {"scenarios": done}
+
+
+async def run_replay(client: Client, phase: dict) -> dict:
+    data = json.loads(Path(phase["arrivals"]).read_text())
+    t0 = time.monotonic()
+    tasks = []
+    for i, (t, p, o) in enumerate(data["requests"]):
+        delay = t0 + t - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        # ids (hence prompt tokens) unique per phase: a later phase must not hit the prefix
+        # cache of an earlier one (seen: arXiv TTFT p50 18 ms with ids shared across phases)
+        rid = f"{phase['name']}/r{i}"
+        tasks.append(asyncio.create_task(client.request(rid, int(p), int(o))))
+    await asyncio.gather(*tasks)
+    return {"t_origin": t0, "fingerprint": data.get("fingerprint")}
+
+
+async def main_async(job: dict, out: Path) -> None:
+    vllm_steps.install(str(out / "steps.jsonl"))
+    engine = start_engine(job["model_dir"], job.get("tp", 1), job.get("engine", {}))
+    facts = engine_facts(engine)
+    facts["job"] = job
+    (out / "engine.json").write_text(json.dumps(facts, indent=1))
+    print(json.dumps(facts), flush=True)
+    vocab = json.loads((Path(job["model_dir"]) / "config.json").read_text())["vocab_size"]
+    try:
+        for phase in job["phases"]:
+            client = Client(engine, vocab, phase.get("seed", 0))
+            t0 = time.monotonic()
+            if phase["kind"] == "profile":
+                info = await run_profile(client, phase, facts)
+            else:
+                info = await run_replay(client, phase)
+            info.update(name=phase["name"], t0=t0, t1=time.monotonic(), requests=client.records)
+            with gzip.open(out / f"{phase['name']}.json.gz", "wt") as f:
+                json.dump(info, f)
+            print(
+                f"phase {phase['name']}: {info['t1'] - t0:.1f} s, {len(client.records)} requests",
+                flush=True,
+            )
+            await asyncio.sleep(1.0)  # let the step log flush
+    finally:
+        engine.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("job", help="job JSON: model_dir, tp, engine overrides, phases")
+    ap.add_argument("--out", required=True, help="folder for engine.json, steps, phases")
+    a = ap.parse_args(argv)
+    for k, v in SERVE_ENV.items():
+        os.environ.setdefault(k, v)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    job = json.loads(Path(a.job).read_text())
+    asyncio.run(main_async(job, out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""Simulation vs real vLLM serving of the same arrivals (the report runs anywhere; no GPU).
+
+A real run is one replay phase of ``profiles/vllm_run.py``: per request, its submit time and the
+time and token count of every streamed output, as a client of ``AsyncLLM`` saw them, plus the
+fingerprint of the arrivals it replayed (`profiles.engine_jobs`). The report simulates the same
+experiment (``latency: auto``, so with the ``vllm`` policy the vLLM table) and compares TTFT,
+TPOT, ITL and E2E percentiles and throughput as ``sim / real - 1``; it refuses a real run whose
+fingerprint differs from the experiment's. It also compares the batches: the engine's recorded
+steps (`profiles.vllm_steps`) against the simulator's (decode batch size and prefill tokens per
+step, median and p90).
+
+Real metrics follow vLLM's benchmark: TTFT = first output - submit, TPOT = (last - first) /
+(tokens - 1), E2E = last - submit; ITL = the gap before each streamed output, and 0 for the
+further tokens of an output that carried several (a client sees them together).
+"""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+
+from profiles import engine_jobs
+from simulator.errors import ConfigError
+
+METRICS = tuple(
+    (sec, st) for sec in ("ttft_s", "tpot_s", "itl_s", "e2e_s") for st in ("p50", "p95", "p99")
+) + (("throughput", "requests_per_s"), ("throughput", "output_tokens_per_s"))
+
+
+def real_metrics(phase: dict) -> dict:
+    """The summary sections of `METRICS` from a real replay phase."""
+    ttft, tpot, itl, e2e, first, last, tokens = [], [], [], [], [], [], 0
+    for rec in phase["requests"].values():
+        times = rec["times"]
+        if not times:
+            raise ConfigError("<real run>", "requests", "a request produced no output")
+        t0, t_first, t_last = rec["t_submit"], times[0][0], times[-1][0]
+        n = sum(k for _, k in times)
+        tokens += n
+        ttft.append(t_first - t0)
+        e2e.append(t_last - t0)
+        if n > 1:
+            tpot.append((t_last - t_first) / (n - 1))
+        prev = t_first
+        for t, k in times[1:]:
+            itl.extend([t - prev] + [0.0] * (k - 1))
+            prev = t
+        first.append(t0)
+        last.append(t_last)
+    span = max(last) - min(first)
+    out = {
+        sec: _pcts(v)
+        for sec, v in (("ttft_s", ttft), ("tpot_s", tpot), ("itl_s", itl), ("e2e_s", e2e))
+    }
+    out["throughput"] = {
+        "requests_per_s": len(ttft) / span,
+        "output_tokens_per_s": tokens / span,
+    }
+    return out
+
+
+def _pcts(v: list[float]) -> dict:
+    a = np.asarray(v)
+    return {f"p{q}": float(np.percentile(a, q)) for q in (50, 95, 99)}
+
+
+def load_phase(path: Path) -> dict:
+    with gzip.open(path, "rt") as f:
+        return json.load(f)
+
+
+def simulate(cfg: dict, where: str):
+    from simulator.runner import build
+    from simulator.runner import simulate as run
+
+    built = build(copy.deepcopy(cfg), where, Path(where).resolve().parent)
+    res = run(built)
+    return res.summary, res.steps
+
+
+def compare(cfg: dict, where: str, phase: dict) -> dict:
+    """Per-metric sim / real - 1, with a refusal if the real run replayed other arrivals."""
+    reqs = engine_jobs.arrivals(cfg, where)
+    expected = engine_jobs.fingerprint(cfg, where, reqs)
+    diff = engine_jobs.fingerprint_mismatch(expected, phase.get("fingerprint"))
+    if diff:
+        raise ConfigError(where, "real run", "not a run of this experiment: " + "; ".join(diff))
+    sim, sim_steps = simulate(cfg, where)
+    real = real_metrics(phase)
+    rows = []
+    for sec, st in METRICS:
+        s, r = sim[sec][st], real[sec][st]
+        rows.append({"metric": f"{sec}.{st}", "sim": s, "real": r, "err": s / r - 1})
+    errs = [abs(x["err"]) for x in rows]
+    return {
+        "metrics": rows,
+        "median_abs_err": float(np.median(errs)),
+        "max_abs_err": float(max(errs)),
+        "latency_model": sim["latency_model"].get("name"),
+        "sim_steps": _batch_stats(sim_steps["decode_seqs"], sim_steps["prefill_tokens"]),
+    }
+
+
+def _batch_stats(decodes, prefill) -> dict:
+    d, p = np.asarray(decodes), np.asarray(prefill)
+    return {
+        "steps": int(len(d)),
+        "decode_batch_p50": float(np.median(d)),
+        "decode_batch_p90": float(np.percentile(d, 90)),
+        "prefill_tokens_p90": float(np.percentile(p, 90)),
+        "with_prefill": float((p > 0).mean()),
+    }
+
+
+def real_batch_stats(steps: list[dict], t0: float, t1: float) -> dict:
+    sel = [s for s in steps if t0 <= s["t_done"] <= t1]
+    return _batch_stats([s["nd"] for s in sel], [sum(c[1] for c in s["pf"]) for s in sel])

@@ -1,0 +1,359 @@
+"""Step latency fitted on whole engine steps recorded through a serving engine (vLLM).
+
+Why a second kind of table: the op tables of `profiled` time servesim's own torch forward
+kernel by kernel. A serving engine's step is more than its kernels (fused inductor graphs, its
+FlashAttention 3, full and piecewise CUDA graphs, sampling, async scheduling with host work
+overlapped), so its tables are whole steps recorded from the engine itself
+(``profiles/vllm_run.py``), and the model is a small regression on those steps.
+
+The model has two regimes, as the engine has:
+
+* **decode-only steps of at most the largest CUDA-graph capture size** replay a full graph
+  padded to the next capture size ``P(B)``:
+  ``t = W(P(B)) + a_ctx * decode_ctx + a_max * decode_max``;
+* **every other step** (any prefill, or more decodes than the largest graph) runs piecewise
+  graphs padded the same way up to the largest capture size, eagerly above, over
+  ``N = prefill_tokens + decode_seqs`` tokens:
+  ``t = G(P(N)) + b_attn * prefill_attn + b_ctx * decode_ctx + b_seq * prefill_seqs``.
+
+``W`` and ``G`` are piecewise linear in their argument (values at fixed knots, linear between,
+the last segment extended). Each regime is fitted on its own training steps (``split ==
+train``) by minimising the *sum of absolute* relative errors with non-negative coefficients
+(median regression: a step that absorbed a host hiccup moves it little); how many training
+steps sit far off the fit is reported. Knot values are then made non-decreasing, so the model
+is non-decreasing in every feature (`simulator.latency.base`). A step planned on an idle
+engine gets ``idle_start_s`` on top (its host work overlaps nothing).
+
+Which steps can be fitted, and to what time, is decided from how the engine stamps them
+(``profiles/vllm_table.py``): steps planned during a profiling submission burst, the step after
+one, and the engine's warm-up scenario are left out; a prefill step launched behind a short
+decode step carries the excess of that decode step's stamp (``_attribute``).
+
+Invariant: the held-out steps (``split == test``) are never used by the fit; ``heldout()``
+reports the error on them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+from scipy.optimize import linprog
+
+from simulator.errors import ConfigError
+
+STEP_COLUMNS = [
+    "step_id",
+    "scenario",
+    "split",
+    "prefill_tokens",
+    "prefill_attn",
+    "prefill_seqs",
+    "decode_seqs",
+    "decode_ctx",
+    "decode_max",
+    "after_idle",
+    "burst",
+    "exposes_launch",
+    "dur_us",
+]
+DECODE_KNOTS = (1, 8, 32, 64, 128, 256, 512)
+TOKEN_KNOTS = (1, 256, 1024, 4096, 8192, 16384)
+#: a training step whose first-fit relative error exceeds this many times the median is dropped
+OUTLIER_FACTOR = 5.0
+
+
+def hat(x: float, knots: tuple) -> list[float]:
+    """Weights of piecewise-linear interpolation at ``x`` over ``knots`` (extended linearly
+    beyond both ends by the outermost segment)."""
+    w = [0.0] * len(knots)
+    j = min(max(bisect.bisect_right(knots, x) - 1, 0), len(knots) - 2)
+    u = (x - knots[j]) / (knots[j + 1] - knots[j])
+    w[j], w[j + 1] = 1.0 - u, u
+    return w
+
+
+@dataclass(frozen=True)
+class Frontend:
+    """The serving path outside the engine loop, measured by the profiler (``meta.yaml``
+    ``frontend``): a request reaches the engine ``input_s(prompt_tokens)`` after it reaches
+    the server, and a token reaches the client ``output_s`` after the engine emits it."""
+
+    input_base_s: float
+    input_per_token_s: float
+    output_s: float
+
+    def input_s(self, prompt_tokens: int) -> float:
+        return self.input_base_s + self.input_per_token_s * prompt_tokens
+
+
+class EngineStepModel:
+    """Whole-step model of one (engine, GPU, model, TP) table; see the module docstring."""
+
+    def __init__(self, table_dir: str | Path, model_name: str, tp: int):
+        self.dir = Path(table_dir)
+        self.meta = _read_meta(self.dir)
+        self._check_matches(model_name, tp)
+        comp = (self.meta.get("engine_config") or {}).get("compilation") or {}
+        self.capture_sizes = sorted(int(x) for x in comp.get("cudagraph_capture_sizes") or [])
+        self.max_graph = self.capture_sizes[-1] if self.capture_sizes else 0
+        self.rows = read_steps_csv(self.dir / "steps.csv")
+        fe = self.meta.get("frontend") or {}
+        self.frontend = (
+            Frontend(fe["input_s"], fe["input_s_per_token"], fe["output_s"]) if fe else None
+        )
+        engine = self.meta["engine"]
+        gpu_dir = self.meta["gpu"]["key"]
+        self.name = f"engine:{engine['name']}-{engine['version']}/{gpu_dir}/{model_name}_tp{tp}"
+        for _ in range(2):  # first without exposed launches, then with their attributed times
+            self._attribute()
+            self.fit([r for r in self.rows if r["split"] == "train" and _usable(r)])
+
+    def _check_matches(self, model_name: str, tp: int) -> None:
+        got = (self.meta["model"]["name"], int(self.meta["tp"]))
+        if got != (model_name, tp):
+            raise ConfigError(
+                str(self.dir / "meta.yaml"),
+                "model",
+                f"table measured {got[0]} at tp {got[1]}, but the experiment serves "
+                f"{model_name} at tp {tp}",
+            )
+
+    # -- features ------------------------------------------------------------------------------
+    def padded(self, n: int) -> int:
+        """The CUDA-graph size a batch of ``n`` tokens runs at (``n`` beyond the largest)."""
+        i = bisect.bisect_left(self.capture_sizes, n)
+        return self.capture_sizes[i] if i < len(self.capture_sizes) else n
+
+    def _is_graph_decode(self, prefill_tokens: int, decode_seqs: int) -> bool:
+        return prefill_tokens == 0 and 0 < decode_seqs <= self.max_graph
+
+    def _decode_x(self, b, ctx, mx, idle=0) -> list[float]:
+        return hat(self.padded(b), DECODE_KNOTS) + [ctx, mx, idle]
+
+    def _mixed_x(self, pt, attn, ps, b, ctx, idle=0) -> list[float]:
+        return hat(self.padded(pt + b), TOKEN_KNOTS) + [attn, ctx, ps, idle]
+
+    # -- fit -----------------------------------------------------------------------------------
+    def _attribute(self) -> None:
+        """Each row's ``target`` (seconds): its own stamp interval, except that a prefill step
+        that exposed its launch (``exposes_launch``) takes the excess of the decode step before
+        it over that step's predicted time, and that decode step gets no target. Before the
+        first fit, exposed prefill steps get no target either."""
+        fitted = hasattr(self, "c_dec")
+        prev = None
+        for r in self.rows:
+            r["target"] = r["dur_us"] * 1e-6
+            if r["exposes_launch"]:
+                if fitted and prev is not None and prev["prefill_tokens"] == 0:
+                    r["target"] += prev["dur_us"] * 1e-6 - self.predict_row(prev)
+                else:
+                    r["target"] = None
+                if prev is not None:
+                    prev["target"] = None
+            prev = r
+
+    def _x(self, r: dict, idle: int | None = None) -> list[float]:
+        """The step's full feature vector: decode-regime part, then the other regime's part
+        (zeros in the regime the step is not in)."""
+        idle = r["after_idle"] if idle is None else idle
+        d = [0.0] * (len(DECODE_KNOTS) + 3)
+        m = [0.0] * (len(TOKEN_KNOTS) + 4)
+        if self._is_graph_decode(r["prefill_tokens"], r["decode_seqs"]):
+            mx = r["decode_max"] or r["decode_ctx"] / r["decode_seqs"]
+            d = self._decode_x(r["decode_seqs"], r["decode_ctx"], mx, idle)
+        else:
+            m = self._mixed_x(
+                r["prefill_tokens"],
+                r["prefill_attn"],
+                r["prefill_seqs"],
+                r["decode_seqs"],
+                r["decode_ctx"],
+                idle,
+            )
+        return d + m
+
+    def fit(self, train: list[dict]) -> None:
+        """Non-negative median regression on relative error, each regime on its own steps."""
+        train = [r for r in train if r["target"] is not None]
+        dec = [r for r in train if self._is_graph_decode(r["prefill_tokens"], r["decode_seqs"])]
+        mix = [r for r in train if not self._is_graph_decode(r["prefill_tokens"], r["decode_seqs"])]
+        if len(dec) < 2 * len(DECODE_KNOTS) or len(mix) < 2 * len(TOKEN_KNOTS):
+            raise ConfigError(
+                str(self.dir / "steps.csv"),
+                "split",
+                f"too few training steps to fit ({len(dec)} decode-only, {len(mix)} other)",
+            )
+        self.c_dec, n_dec = self._fit_regime(dec, self._row_decode_x, len(DECODE_KNOTS))
+        self.c_mix, n_mix = self._fit_regime(mix, self._row_mixed_x, len(TOKEN_KNOTS))
+        self.far_off = n_dec + n_mix
+        self.train_steps = len(train)
+
+    def _row_decode_x(self, r: dict) -> list[float]:
+        mx = r["decode_max"] or r["decode_ctx"] / r["decode_seqs"]
+        return self._decode_x(r["decode_seqs"], r["decode_ctx"], mx, r["after_idle"])
+
+    def _row_mixed_x(self, r: dict) -> list[float]:
+        return self._mixed_x(
+            r["prefill_tokens"],
+            r["prefill_attn"],
+            r["prefill_seqs"],
+            r["decode_seqs"],
+            r["decode_ctx"],
+            r["after_idle"],
+        )
+
+    @staticmethod
+    def _fit_regime(rows: list[dict], xf, n_knots: int) -> tuple[np.ndarray, int]:
+        x = np.array([xf(r) for r in rows])
+        y = np.array([r["target"] for r in rows])
+        scale = x.max(axis=0)
+        scale[scale == 0] = 1.0
+        coef = l1_fit(x / scale / y[:, None])
+        rel = np.abs(x @ (coef / scale) / y - 1)
+        far = int((rel > OUTLIER_FACTOR * max(float(np.median(rel)), 0.005)).sum())
+        coef = coef / scale
+        coef[:n_knots] = np.maximum.accumulate(coef[:n_knots])
+        return coef, far
+
+    # -- the StepLatencyModel interface --------------------------------------------------------
+    def step_time(
+        self,
+        prefill_tokens: int,
+        prefill_attn: float,
+        prefill_seqs: int,
+        decode_seqs: int,
+        decode_ctx: int,
+        decode_max: int = 0,
+    ) -> float:
+        if self._is_graph_decode(prefill_tokens, decode_seqs):
+            if not decode_max:
+                decode_max = decode_ctx / decode_seqs
+            x = self._decode_x(decode_seqs, decode_ctx, decode_max)
+            return float(np.dot(x, self.c_dec))
+        x = self._mixed_x(prefill_tokens, prefill_attn, prefill_seqs, decode_seqs, decode_ctx)
+        return float(np.dot(x, self.c_mix))
+
+    def idle_start_s(self, prefill_tokens: int, decode_seqs: int) -> float:
+        """Extra time of a step planned on an idle engine: its host work (planning, input
+        preparation, launch, output) overlaps no running step, as it does under async
+        scheduling in a busy engine."""
+        if self._is_graph_decode(prefill_tokens, decode_seqs):
+            return float(self.c_dec[-1])
+        return float(self.c_mix[-1])
+
+    def predict_row(self, r: dict) -> float:
+        """Predicted time of one recorded step (its idle start included)."""
+        return float(np.dot(self._x(r), np.concatenate([self.c_dec, self.c_mix])))
+
+    def heldout(self) -> dict:
+        """Error of the model on the steps it was not fitted on (signed, sim / real - 1)."""
+        test = [r for r in self.rows if r["split"] == "test" and _usable(r)]
+        return error_summary(self, test)
+
+    def describe(self) -> dict:
+        return {
+            "name": self.name,
+            "kind": "engine_steps",
+            "table": str(self.dir),
+            "engine": self.meta["engine"],
+            "gpu": self.meta["gpu"],
+            "created_utc": self.meta.get("created_utc"),
+            "fit": {"train_steps": self.train_steps, "train_steps_far_off": self.far_off},
+            "frontend": self.meta.get("frontend") or "not measured",
+        }
+
+
+def error_summary(model, rows: list[dict]) -> dict:
+    """Median / p95 / max absolute relative error of ``model`` on measured steps, overall and by
+    kind (decode-only vs with prefill)."""
+
+    def stats(sel):
+        e = np.array([abs(model.predict_row(r) / r["target"] - 1) for r in sel])
+        if not len(e):
+            return {"steps": 0}
+        return {
+            "steps": len(e),
+            "median": float(np.median(e)),
+            "p95": float(np.percentile(e, 95)),
+            "max": float(e.max()),
+        }
+
+    dec = [r for r in rows if r["prefill_tokens"] == 0]
+    mix = [r for r in rows if r["prefill_tokens"] > 0]
+    return {"all": stats(rows), "decode_only": stats(dec), "with_prefill": stats(mix)}
+
+
+def l1_fit(a: np.ndarray) -> np.ndarray:
+    """``argmin_c sum_i |a_i . c - 1|`` over ``c >= 0`` (a linear program: residuals split into
+    positive and negative parts)."""
+    n, k = a.shape
+    cost = np.concatenate([np.zeros(k), np.ones(2 * n)])
+    a_eq = np.hstack([a, -np.eye(n), np.eye(n)])
+    res = linprog(cost, A_eq=a_eq, b_eq=np.ones(n), bounds=(0, None), method="highs")
+    if not res.success:
+        raise ConfigError("<engine-steps table>", "steps", f"fit failed: {res.message}")
+    return res.x[:k]
+
+
+def _usable(r: dict) -> bool:
+    """A step the fit and the held-out report can use: not planned during a profiling burst,
+    and with a time of its own (see ``EngineStepModel._attribute``)."""
+    return not r["burst"] and r["target"] is not None and r["target"] > 0
+
+
+def _read_meta(table_dir: Path) -> dict:
+    path = table_dir / "meta.yaml"
+    try:
+        meta = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise ConfigError(str(path), "", f"cannot read ({e.strerror})") from None
+    for key in ("engine", "gpu", "model", "tp"):
+        if not isinstance(meta, dict) or key not in meta:
+            raise ConfigError(str(path), key, "missing (an engine-steps table's meta)")
+    return meta
+
+
+_INT = (
+    "step_id",
+    "prefill_tokens",
+    "prefill_seqs",
+    "decode_seqs",
+    "decode_ctx",
+    "decode_max",
+    "after_idle",
+    "burst",
+    "exposes_launch",
+)
+
+
+def read_steps_csv(path: Path) -> list[dict]:
+    """Rows of an engine-steps ``steps.csv``; a bad header or value names the file and line."""
+    try:
+        f = open(path, newline="")
+    except OSError as e:
+        raise ConfigError(str(path), "", f"cannot read ({e.strerror})") from None
+    with f:
+        reader = csv.DictReader(f)
+        missing = [c for c in STEP_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ConfigError(str(path), "header", f"missing columns {missing}")
+        rows = []
+        for line, raw in enumerate(reader, start=2):
+            try:
+                r = {c: int(raw[c]) for c in _INT}
+                r["prefill_attn"] = float(raw["prefill_attn"])
+                r["dur_us"] = float(raw["dur_us"])
+            except (TypeError, ValueError):
+                raise ConfigError(
+                    str(path), f"line {line}", f"expected numbers, got {raw}"
+                ) from None
+            if raw["split"] not in ("train", "test") or r["dur_us"] <= 0:
+                raise ConfigError(str(path), f"line {line}", "split must be train|test, dur_us > 0")
+            r["scenario"], r["split"] = raw["scenario"], raw["split"]
+            rows.append(r)
+    return rows

@@ -1,0 +1,122 @@
+"""Validation against vLLM 0.24.0 serving: arrivals, GPU jobs, and the report.
+
+    python validation/vllm-0.24/run_all.py arrivals          # CPU: arrivals + jobs (vjobs/)
+    bash profiles/device_vllm.sh vjobs/h200_llama-3-8b_replay.json:h200_llama_replay  # GPU
+    python validation/vllm-0.24/run_all.py report --real DIR # CPU: README table, report.json
+
+The real runs of one (GPU, model) pair live in ``real/<gpu>_<model>/`` (the job's output folder:
+``<case>.json.gz`` per case and the engine's step log, gzipped). Nothing here is fitted: the
+simulation uses the shipped vLLM table (fitted on profiling runs only) and the ``vllm`` policy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT))
+
+from profiles import engine_jobs, vllm_validate  # noqa: E402
+from profiles.hf_config import write_model_dir  # noqa: E402
+from profiles.vllm_steps import read_steps  # noqa: E402
+from simulator.models import MODELS  # noqa: E402
+
+LOADS = {
+    "conv": {"light": 1.0, "moderate": 3.0, "heavy": 5.5},  # workload.arrival.rate_scale
+    "arxiv": {"light": 2.0, "moderate": 4.5, "heavy": 7.0},  # workload.arrival.rate_per_s
+}
+PAIRS = (("h200", "llama-3-8b"), ("h200", "qwen2.5-7b"), ("h100", "llama-3-8b"))
+
+
+def case_overrides(trace: str, load: str, gpu: str, model: str) -> list[str]:
+    key = "rate_scale" if trace == "conv" else "rate_per_s"
+    return [
+        f"workload.arrival.{key}={LOADS[trace][load]}",
+        f"model={model}",
+        f"hardware.gpu={gpu}",
+    ]
+
+
+def cases():
+    for trace, loads in LOADS.items():
+        for load in loads:
+            yield trace, load, str(HERE / "configs" / f"{trace}.yaml")
+
+
+def make_jobs(out: Path) -> None:
+    for gpu, model in PAIRS:
+        phases = []
+        for trace, load, path in cases():
+            cfg = engine_jobs.experiment(path, case_overrides(trace, load, gpu, model))
+            arr = out / "arrivals" / f"{gpu}_{model}_{trace}_{load}.json"
+            engine_jobs.write_arrivals(cfg, path, arr)
+            phases.append({"name": f"{trace}_{load}", "kind": "replay", "arrivals": str(arr)})
+        mdir = write_model_dir(MODELS[model], out / "models" / model)
+        job = {"model_dir": str(mdir), "tp": 1}
+        (out / f"{gpu}_{model}_replay.json").write_text(json.dumps({**job, "phases": phases}))
+        prof = {**job, "phases": [{"name": "profile", "kind": "profile", "seed": 0}]}
+        (out / f"{gpu}_{model}_profile.json").write_text(json.dumps(prof))
+
+
+def report(real_root: Path) -> dict:
+    """Every case whose real run is stored under ``real_root/<gpu>_<model>/``."""
+    out = {}
+    for gpu, model in PAIRS:
+        run = real_root / f"{gpu}_{model}"
+        if not run.is_dir():
+            continue
+        steps = read_steps(str(run / "steps.jsonl"))
+        for trace, load, path in cases():
+            if not (run / f"{trace}_{load}.json.gz").is_file():
+                continue
+            cfg = engine_jobs.experiment(path, case_overrides(trace, load, gpu, model))
+            phase = vllm_validate.load_phase(run / f"{trace}_{load}.json.gz")
+            res = vllm_validate.compare(cfg, path, phase)
+            res["real_steps"] = vllm_validate.real_batch_stats(steps, phase["t0"], phase["t1"])
+            out[f"{gpu}/{model}/{trace}_{load}"] = res
+            print(
+                f"{gpu}/{model}/{trace}_{load}: median {res['median_abs_err']:.1%} "
+                f"max {res['max_abs_err']:.1%}",
+                flush=True,
+            )
+    return out
+
+
+def table(results: dict) -> str:
+    names = [m["metric"] for m in next(iter(results.values()))["metrics"]]
+    head = "| case | " + " | ".join(n.replace("_s.", " ") for n in names) + " | median | max |"
+    lines = [head, "|" + " --- |" * (len(names) + 3)]
+    for case, r in results.items():
+        cells = []
+        for m in r["metrics"]:
+            scale = 1000 if m["metric"].split(".")[0] != "throughput" else 1
+            cells.append(f"{m['sim'] * scale:.1f} / {m['real'] * scale:.1f} ({m['err']:+.1%})")
+        lines.append(
+            f"| {case} | "
+            + " | ".join(cells)
+            + f" | {r['median_abs_err']:.1%} | {r['max_abs_err']:.1%} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("phase", choices=["arrivals", "report"])
+    ap.add_argument("--real", default=str(HERE / "real"), help="folder of the real runs")
+    ap.add_argument("--jobs", default=str(ROOT / "vjobs"), help="folder for jobs (arrivals)")
+    a = ap.parse_args()
+    if a.phase == "arrivals":
+        make_jobs(Path(a.jobs))
+        return 0
+    results = report(Path(a.real))
+    (HERE / "report.json").write_text(json.dumps(results, indent=1))
+    (HERE / "table.md").write_text(table(results) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
