@@ -19,10 +19,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+import yaml
 
 from profiles.torch_model import MIXED_MODES
 from simulator.errors import ConfigError
@@ -48,6 +52,10 @@ PHASES = (
 
 
 def main(argv: list[str]) -> int:
+    if any(x == "--engine" or x.startswith("--engine=") for x in argv):
+        from profiles.vllm_cli import main as engine_main
+
+        return engine_main(argv, "profile")
     try:
         if argv and argv[0] == "report":
             return _report(argv[1:])
@@ -68,6 +76,13 @@ def _report(argv: list[str]) -> int:
     a = ap.parse_args(argv)
     from simulator.latency.profiled import load_for_report
 
+    if "kind: engine_steps" in (Path(a.dir) / "meta.yaml").read_text():
+        from simulator.latency.engine_steps import EngineStepModel
+
+        meta = yaml.safe_load((Path(a.dir) / "meta.yaml").read_text())
+        m = EngineStepModel(a.dir, meta["model"]["name"], int(meta["tp"]))
+        print(json.dumps({"table": m.name, "heldout": m.heldout()}, indent=1))
+        return 0
     m = load_for_report(a.dir)
     print(format_report(m))
     return 0

@@ -297,6 +297,11 @@ def write_report(rep: dict, out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(x == "--engine" or x.startswith("--engine=") for x in argv):
+        from profiles.vllm_cli import main as engine_main
+
+        return engine_main(argv, "validate")
     p = argparse.ArgumentParser(prog="servesim validate", description=__doc__.splitlines()[0])
     p.add_argument("config", help="experiment YAML (one run; sweep/seeds keys are ignored)")
     p.add_argument("--out", help="report folder (default results/validate/<name>)")

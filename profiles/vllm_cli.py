@@ -1,0 +1,126 @@
+"""``servesim profile --engine vllm`` and ``servesim validate --engine vllm``.
+
+* ``profile --engine vllm --model M [--tp K] --out DIR``: on a GPU machine with vLLM 0.24.0,
+  writes the model's ``config.json`` and a job under ``DIR/raw/``, runs the profiling scenarios
+  through vLLM (`profiles.vllm_run`), and builds the table in ``DIR`` (`profiles.vllm_table`).
+  ``--rebuild`` rebuilds ``DIR`` from ``DIR/raw/`` on any machine (no GPU). Both print the
+  held-out error.
+* ``validate --engine vllm FILE.yaml [--set K=V] [--real DIR]``: replays the experiment's
+  arrivals through vLLM (GPU), or reads a stored real run (``--real``: a folder with
+  ``<name>.json.gz`` and the engine's step log), refuses a real run of other arrivals, model,
+  GPU or engine, simulates the experiment and writes ``report.json`` / ``report.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from profiles import engine_jobs, vllm_validate
+from profiles.hf_config import write_model_dir
+from simulator.errors import ConfigError
+from simulator.models import MODELS, load_model
+
+ENGINES = ("vllm",)
+
+
+def profile_main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="servesim profile --engine vllm")
+    ap.add_argument("--engine", choices=ENGINES, required=True, help="serving engine to time")
+    ap.add_argument("--model", required=True, help="catalog model name")
+    ap.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
+    ap.add_argument("--gpu-key", default=None, help="table folder name (default from the GPU)")
+    ap.add_argument("--out", required=True, help="table folder (raw runs go to OUT/raw)")
+    ap.add_argument("--rebuild", action="store_true", help="rebuild OUT from OUT/raw (no GPU)")
+    a = ap.parse_args(argv)
+    if a.model not in MODELS:
+        raise ConfigError(
+            "<cli>", "--model", f"unknown model {a.model!r} (known: {', '.join(sorted(MODELS))})"
+        )
+    if a.tp < 1:
+        raise ConfigError("<cli>", "--tp", f"expected a positive integer, got {a.tp}")
+    out = Path(a.out)
+    raw = out / "raw"
+    if not a.rebuild:
+        _run_engine_job(MODELS[a.model], a.tp, raw, [{"name": "profile", "kind": "profile"}])
+    return _build_and_report(raw, out, a.gpu_key, a.model, a.tp)
+
+
+def _run_engine_job(spec, tp: int, raw: Path, phases: list[dict]) -> None:
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            "<cli>",
+            "--engine",
+            "vLLM is not importable here (see profiles/README.md, 'Tables through vLLM')",
+        ) from None
+    from profiles import vllm_run
+
+    mdir = write_model_dir(spec, raw / "model")
+    job = {"model_dir": str(mdir), "tp": tp, "phases": phases}
+    (raw / "job.json").write_text(json.dumps(job))
+    asyncio.run(vllm_run.main_async(job, raw))
+
+
+def _build_and_report(raw: Path, out: Path, gpu_key, model: str, tp: int) -> int:
+    from profiles.vllm_table import build_table
+    from simulator.latency.engine_steps import EngineStepModel
+
+    if not (raw / "engine.json").is_file():
+        raise ConfigError(str(raw), "engine.json", "no recorded engine run here")
+    if gpu_key is None:
+        from profiles.cli import gpu_key as key_of
+
+        gpu_key = key_of(json.loads((raw / "engine.json").read_text())["gpu"])
+    build_table(raw, out, gpu_key, model, tp)
+    m = EngineStepModel(out, model, tp)
+    print(json.dumps(m.heldout(), indent=1))
+    return 0
+
+
+def validate_main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="servesim validate --engine vllm")
+    ap.add_argument("config", help="experiment YAML (the vllm policy, a GPU and a model)")
+    ap.add_argument("--engine", choices=ENGINES, required=True, help="serving engine")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY.PATH=VALUE",
+        help="override a config value (repeatable)",
+    )
+    ap.add_argument("--real", default=None, help="stored real run folder (no GPU needed)")
+    ap.add_argument("--name", default="case", help="the real run's phase name")
+    ap.add_argument("--out", default=None, help="report folder (default results/validate)")
+    a = ap.parse_args(argv)
+    cfg = engine_jobs.experiment(a.config, a.set)
+    real = Path(a.real) if a.real else Path(a.out or "results/validate") / "real"
+    if a.real is None:
+        arr = real / "arrivals.json"
+        engine_jobs.write_arrivals(cfg, a.config, arr)
+        spec = load_model(cfg["model"], a.config, "model")
+        phase = {"name": a.name, "kind": "replay", "arrivals": str(arr)}
+        _run_engine_job(spec, int(cfg.get("hardware", {}).get("tp", 1)), real, [phase])
+    path = real / f"{a.name}.json.gz"
+    if not path.is_file():
+        raise ConfigError(str(path), "--real", "no real run of that name in the folder")
+    res = vllm_validate.compare(cfg, a.config, vllm_validate.load_phase(path))
+    out = Path(a.out or "results/validate")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(res, indent=1))
+    print(f"median |error| {res['median_abs_err']:.1%}, max {res['max_abs_err']:.1%}")
+    for m in res["metrics"]:
+        print(f"  {m['metric']:<32} sim {m['sim']:.4g}  real {m['real']:.4g}  {m['err']:+.1%}")
+    return 0
+
+
+def main(argv: list[str], which: str) -> int:
+    try:
+        return profile_main(argv) if which == "profile" else validate_main(argv)
+    except ConfigError as e:
+        print(e.one_line(), file=sys.stderr)
+        return 2
