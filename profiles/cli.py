@@ -76,7 +76,8 @@ def _report(argv: list[str]) -> int:
     a = ap.parse_args(argv)
     from simulator.latency.profiled import load_for_report
 
-    if "kind: engine_steps" in (Path(a.dir) / "meta.yaml").read_text():
+    meta_path = Path(a.dir) / "meta.yaml"
+    if meta_path.is_file() and "kind: engine_steps" in meta_path.read_text():
         from simulator.latency.engine_steps import EngineStepModel
 
         meta = yaml.safe_load((Path(a.dir) / "meta.yaml").read_text())

@@ -1,0 +1,310 @@
+"""Tables measured through a serving engine: the step recorder, the table builder, the
+whole-step model, its selection, and the validation report's metrics (CPU only, no vLLM)."""
+
+from __future__ import annotations
+
+import csv
+import random
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from profiles import engine_jobs, vllm_validate
+from profiles.vllm_grid import prompt_ids, scenarios
+from profiles.vllm_steps import composition
+from profiles.vllm_table import frontend_delays, label, step_rows
+from simulator.errors import ConfigError
+from simulator.latency.engine_steps import (
+    STEP_COLUMNS,
+    EngineStepModel,
+    hat,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+CAPTURE = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]
+
+
+# ------------------------------------------------------------------------------ step recorder
+def test_composition_splits_decodes_from_prefill_chunks():
+    # after schedule(), num_computed_tokens already includes this step's tokens
+    reqs = {
+        "a": SimpleNamespace(num_computed_tokens=101, num_prompt_tokens=100),  # decode at ctx 101
+        "b": SimpleNamespace(num_computed_tokens=51, num_prompt_tokens=20),  # decode at ctx 51
+        "c": SimpleNamespace(num_computed_tokens=300, num_prompt_tokens=500),  # chunk 200 @100
+        "d": SimpleNamespace(num_computed_tokens=1, num_prompt_tokens=1),  # 1-token prompt
+    }
+    sched = SimpleNamespace(requests=reqs, waiting=[1, 2], running=[1, 2, 3, 4])
+    out = SimpleNamespace(num_scheduled_tokens={"a": 1, "b": 1, "c": 200, "d": 1})
+    rec = composition(sched, out)
+    assert (rec["nd"], rec["dctx"], rec["dmax"]) == (2, 152, 101)
+    assert rec["pf"] == [["c", 200, 100], ["d", 1, 0]]
+    assert (rec["waiting"], rec["running"], rec["preempted"]) == (2, 4, 0)
+
+
+# ------------------------------------------------------------------------------ table builder
+def _rec(t_sched, t_done, pf=(), nd=0, dctx=0):
+    return {
+        "t_sched": t_sched,
+        "t_done": t_done,
+        "pf": [list(c) for c in pf],
+        "nd": nd,
+        "dctx": dctx,
+        "dmax": dctx // max(nd, 1),
+    }
+
+
+def test_step_rows_intervals_idle_starts_and_exposed_launches():
+    steps = [
+        _rec(0.000, 0.050, pf=[("x", 1000, 0)]),  # from idle: 50 ms from its plan
+        _rec(0.010, 0.056, nd=1, dctx=1001),  # pipelined: 6 ms after the previous completion
+        _rec(0.051, 0.090, pf=[("y", 64, 0)], nd=1, dctx=1002),  # prefill behind a decode
+        _rec(0.200, 0.205, nd=2, dctx=2000),  # planned after 0.090: idle start
+    ]
+    rows = step_rows(steps)
+    assert [round(r["dur_us"]) for r in rows] == [50000, 6000, 34000, 5000]
+    assert [r["after_idle"] for r in rows] == [1, 0, 0, 1]
+    assert [r["exposes_launch"] for r in rows] == [0, 0, 1, 0]
+    assert rows[0]["prefill_attn"] == 1000 * (0 + 1001 / 2)
+
+
+def test_label_marks_bursts_the_step_after_and_the_warmup_scenario():
+    scen = [
+        {"id": "warm", "split": "train", "t0": 0.0, "t1": 0.9},
+        {"id": "s", "split": "test", "t0": 1.0, "t1": 2.0},
+    ]
+    steps = [
+        _rec(0.1, 0.2, nd=1, dctx=5),
+        _rec(1.000, 1.1, pf=[("a", 8, 0)]),
+        _rec(1.05, 1.2, nd=1, dctx=9),
+        _rec(1.15, 1.3, nd=1, dctx=10),
+        _rec(1.25, 1.4, nd=1, dctx=11),
+        _rec(5.0, 5.1, nd=1, dctx=12),
+    ]
+    rows, dropped = label(step_rows(steps), scen, {"warm": 0.0, "s": 1.09})
+    assert dropped == 1  # the step outside every scenario window
+    assert [(r["scenario"], r["burst"]) for r in rows] == [
+        ("warm", 3),
+        ("s", 1),
+        ("s", 1),
+        ("s", 2),
+        ("s", 0),
+    ]
+    assert {r["split"] for r in rows[1:]} == {"test"}
+
+
+def test_frontend_delays_fit_input_per_token_and_median_output():
+    scen, reqs, steps = [], {}, []
+    for i, p in enumerate((100, 1100, 2100, 3100)):
+        t = 10.0 * i
+        scen.append({"id": f"prefill_p{p}", "t0": t, "t1": t + 1})
+        reqs[f"prefill_p{p}/0"] = {"prompt": p, "t_submit": t, "times": [[t + 0.5 + 0.002, 1]]}
+        steps.append(_rec(t + 0.001 + 1e-6 * p, t + 0.5, pf=[("r", p, 0)]))
+    fe = frontend_delays({"scenarios": scen, "requests": reqs}, steps)
+    assert fe["input_s"] == pytest.approx(0.001, abs=1e-9)
+    assert fe["input_s_per_token"] == pytest.approx(1e-6, rel=1e-6)
+    assert fe["output_s"] == pytest.approx(0.002, abs=1e-9)
+
+
+# ------------------------------------------------------------------------------- grid
+def test_grid_is_seeded_split_by_scenario_and_bounded():
+    a, b = scenarios(8192, 900_000, seed=0), scenarios(8192, 900_000, seed=0)
+    assert a == b
+    assert {s["split"] for s in a} == {"train", "test"}
+    assert all(max(s["prompts"]) < 8192 for s in a)
+    assert len({s["id"] for s in a}) == len(a)
+    # distinct requests get distinct prompts (no prefix-cache hits between them)
+    assert prompt_ids(0, "x/0", 64, 1000) != prompt_ids(0, "x/1", 64, 1000)
+    assert prompt_ids(0, "x/0", 64, 1000) == prompt_ids(0, "x/0", 64, 1000)
+
+
+# --------------------------------------------------------------------------- the model
+def test_hat_interpolates_and_extends_the_last_segment():
+    assert hat(1, (1, 8, 32)) == [1.0, 0.0, 0.0]
+    assert hat(4.5, (1, 8, 32)) == [0.5, 0.5, 0.0]
+    assert hat(56, (1, 8, 32)) == [0.0, -1.0, 2.0]  # linear beyond 32
+
+
+def _truth(r):
+    """A known step-time law in the model's family (seconds)."""
+    pad = next((c for c in CAPTURE if c >= r["decode_seqs"]), r["decode_seqs"])
+    if r["prefill_tokens"] == 0 and r["decode_seqs"] <= 512:
+        return 0.004 + 1e-5 * pad + 2e-8 * r["decode_ctx"] + 1e-7 * r["decode_max"]
+    n = r["prefill_tokens"] + r["decode_seqs"]
+    n = next((c for c in CAPTURE if c >= n), n)
+    return 0.005 + 2.2e-5 * n + 1e-11 * r["prefill_attn"] + 2e-8 * r["decode_ctx"]
+
+
+def _table(tmp_path, model="toy", tp=1, n=400, seed=1):
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        if i % 2:
+            b = rng.choice([1, 3, 8, 20, 64, 100, 200, 400, 512])
+            ctx = [rng.randint(50, 4000) for _ in range(b)]
+            r = {
+                "prefill_tokens": 0,
+                "prefill_attn": 0.0,
+                "prefill_seqs": 0,
+                "decode_seqs": b,
+                "decode_ctx": sum(ctx),
+                "decode_max": max(ctx),
+            }
+        else:
+            p, before, b = rng.randint(8, 8000), rng.randint(0, 4000), rng.randint(0, 100)
+            r = {
+                "prefill_tokens": p,
+                "prefill_attn": p * (before + (p + 1) / 2),
+                "prefill_seqs": 1,
+                "decode_seqs": b,
+                "decode_ctx": 1000 * b,
+                "decode_max": 1000 if b else 0,
+            }
+        rows.append(
+            {
+                "step_id": i,
+                "scenario": f"s{i % 40}",
+                "split": "test" if i % 40 < 12 else "train",
+                **r,
+                "after_idle": 0,
+                "burst": 0,
+                "exposes_launch": 0,
+                "dur_us": _truth(r) * 1e6,
+            }
+        )
+    d = tmp_path / "table"
+    d.mkdir()
+    with open(d / "steps.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=STEP_COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    meta = {
+        "kind": "engine_steps",
+        "engine": {"name": "vllm", "version": "0.24.0"},
+        "gpu": {"key": "toygpu"},
+        "model": {"name": model},
+        "tp": tp,
+        "engine_config": {"compilation": {"cudagraph_capture_sizes": CAPTURE}},
+        "frontend": {"input_s": 0.001, "input_s_per_token": 1e-7, "output_s": 0.002},
+    }
+    (d / "meta.yaml").write_text(yaml.safe_dump(meta))
+    return d
+
+
+def test_fit_recovers_a_law_it_can_represent_on_held_out_steps(tmp_path):
+    m = EngineStepModel(_table(tmp_path), "toy", 1)
+    h = m.heldout()
+    # the law is linear between knots only approximately (padding), so not to rounding
+    assert h["decode_only"]["p95"] < 0.02
+    assert h["with_prefill"]["p95"] < 0.05
+    assert m.step_time(0, 0, 0, 1, 1000, 1000) == pytest.approx(
+        _truth({"prefill_tokens": 0, "decode_seqs": 1, "decode_ctx": 1000, "decode_max": 1000}),
+        rel=0.02,
+    )
+
+
+def test_model_is_non_decreasing_in_every_feature(tmp_path):
+    m = EngineStepModel(_table(tmp_path), "toy", 1)
+    dec = [m.step_time(0, 0, 0, b, 1000 * b, 1000) for b in range(1, 700, 7)]
+    mix = [m.step_time(t, t * 500.0, 1, 0, 0) for t in range(1, 20000, 97)]
+    assert all(b >= a - 1e-12 for a, b in zip(dec, dec[1:], strict=False))
+    assert all(b >= a - 1e-12 for a, b in zip(mix, mix[1:], strict=False))
+    assert m.step_time(500, 1e6, 1, 10, 10_000) <= m.step_time(500, 2e6, 1, 10, 20_000)
+
+
+def test_frontend_is_read_from_the_table(tmp_path):
+    m = EngineStepModel(_table(tmp_path), "toy", 1)
+    assert m.frontend.input_s(1000) == pytest.approx(0.0011)
+    assert m.frontend.output_s == 0.002
+
+
+def test_table_of_another_model_or_tp_is_refused(tmp_path):
+    d = _table(tmp_path)
+    with pytest.raises(ConfigError, match="measured toy at tp 1"):
+        EngineStepModel(d, "llama-3-8b", 1)
+    with pytest.raises(ConfigError, match="measured toy at tp 1"):
+        EngineStepModel(d, "toy", 2)
+
+
+def test_bad_steps_csv_names_the_file_and_line(tmp_path):
+    d = _table(tmp_path)
+    lines = (d / "steps.csv").read_text().splitlines()
+    lines[3] = lines[3].replace("train", "maybe").replace("test", "maybe")
+    (d / "steps.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ConfigError, match=r"steps.csv: line 4"):
+        EngineStepModel(d, "toy", 1)
+
+
+# ------------------------------------------------------------------- shipped tables, selection
+SHIPPED = [("h200", "llama-3-8b"), ("h200", "qwen2.5-7b"), ("h100", "llama-3-8b")]
+
+
+@pytest.mark.parametrize("gpu,model", SHIPPED)
+def test_shipped_vllm_tables_load_and_decode_meets_the_floor(gpu, model):
+    m = EngineStepModel(REPO / "profiles" / gpu / "vllm-0.24" / f"{model}_tp1", model, 1)
+    h = m.heldout()
+    assert h["decode_only"]["steps"] > 300
+    assert h["decode_only"]["median"] <= 0.05 and h["decode_only"]["p95"] <= 0.10
+    assert h["all"]["median"] <= 0.05
+
+
+def _cfg(policy, model="llama-3-8b"):
+    from tests.policy_kit import config
+
+    cfg = config(n=20, scheduler={"policy": policy}, latency={"model": "auto"})
+    cfg["hardware"] = {"gpu": "h200"}
+    cfg["model"] = model
+    return cfg
+
+
+def test_auto_picks_the_vllm_table_only_for_the_vllm_policy():
+    from simulator.runner import build
+
+    vllm = build(_cfg("vllm"), str(REPO / "t.yaml"), REPO).latency
+    chunked = build(_cfg("chunked_prefill"), str(REPO / "t.yaml"), REPO).latency
+    assert vllm.name == "engine:vllm-0.24.0/h200/llama-3-8b_tp1"
+    assert chunked.name.startswith("profile:h200/llama-3-8b_tp1")
+
+
+def test_a_quantized_model_never_gets_a_bf16_table():
+    from simulator.runner import build
+
+    fp8 = {"base": "llama-3-8b", "bytes_per_weight": 1, "bytes_per_kv": 1}
+    lat = build(_cfg("vllm", fp8), str(REPO / "t.yaml"), REPO).latency
+    assert lat.name.startswith("roofline")
+    cfg = _cfg("vllm", fp8)
+    cfg["latency"] = {"model": "profile"}
+    with pytest.raises(ConfigError, match="measured bf16"):
+        build(cfg, str(REPO / "t.yaml"), REPO)
+
+
+# --------------------------------------------------------------------- validation report
+def test_real_metrics_by_hand():
+    phase = {
+        "requests": {
+            "a": {"t_submit": 0.0, "times": [[0.1, 1], [0.2, 1], [0.4, 2]]},  # 4 tokens
+            "b": {"t_submit": 1.0, "times": [[1.3, 1], [1.4, 1]]},
+        }
+    }
+    m = vllm_validate.real_metrics(phase)
+    assert m["ttft_s"]["p50"] == pytest.approx(0.2)  # 0.1 and 0.3
+    # TPOT: a (0.4 - 0.1) / 3 = 0.1, b 0.1 / 1 = 0.1
+    assert m["tpot_s"]["p50"] == pytest.approx(0.1)
+    # ITL: a 0.1, 0.2, 0.0 (second token of a 2-token output); b 0.1
+    assert m["itl_s"]["p50"] == pytest.approx(0.1)
+    assert m["throughput"]["requests_per_s"] == pytest.approx(2 / 1.4)
+    assert m["throughput"]["output_tokens_per_s"] == pytest.approx(6 / 1.4)
+
+
+def test_report_refuses_a_real_run_of_other_arrivals():
+    path = str(REPO / "validation/vllm-0.24/configs/conv.yaml")
+    cfg = engine_jobs.experiment(path, ["workload.arrival.rate_scale=3"])
+    real = vllm_validate.load_phase(
+        REPO / "validation/vllm-0.24/real/h200_llama-3-8b/conv_light.json.gz"
+    )
+    with pytest.raises(ConfigError, match="not a run of this experiment: arrivals"):
+        vllm_validate.compare(cfg, path, real)
+    assert engine_jobs.fingerprint_mismatch({"model": "a"}, None) == [
+        "the real run has no fingerprint"
+    ]

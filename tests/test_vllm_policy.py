@@ -1,0 +1,123 @@
+"""The ``vllm`` policy's decisions on hand-built cases, each tied to the vLLM 0.24.0 rule it
+follows (policies/vllm.py numbers the rules). Every step takes 1 s (constant latency model), so
+times are step counts."""
+
+from __future__ import annotations
+
+import pytest
+
+from policies.vllm import Vllm
+from tests.policy_kit import by_id, run, spec
+
+
+def spy_plans(plans):
+    def wrap(rep):
+        inner = rep.policy.schedule
+
+        def schedule(replica, now):
+            p = inner(replica, now)
+            if not p.is_idle:
+                plans.append((now, [(q.id, n) for q, n in p.chunks], p.decode))
+            return p
+
+        rep.policy.schedule = schedule
+
+    return wrap
+
+
+def test_defaults_are_vllm_serve_on_hopper():
+    # rule 1: 8192 batched tokens, 1024 sequences, no watermark; async scheduling on
+    _, reps, _ = run([spec(0, 4, 1)], "vllm")
+    assert reps[0].policy.params()["max_num_batched_tokens"] == 8192
+    assert reps[0].policy.params()["max_num_seqs"] == 1024
+    assert reps[0].policy.params()["watermark"] == 0.0
+    assert reps[0].policy.params()["async_scheduling"] is True
+    assert Vllm.coalescable is False
+
+
+def test_running_first_then_waiting_fcfs_in_one_budget():
+    # rule 2 + 4: budget 8: step 0->1 r0 chunk 8 of 10; step 1->2 r0's last 2 (running first)
+    # and r1's 4-token prompt; step 2->3 both decode.
+    plans: list = []
+    params = {"max_num_batched_tokens": 8, "max_num_seqs": 4}
+    reqs, _, _ = run([spec(0, 10, 3), spec(0, 4, 2)], "vllm", params, wrap=spy_plans(plans))
+    assert [p[1:] for p in plans[:3]] == [([(0, 8)], False), ([(0, 2), (1, 4)], False), ([], True)]
+    r = by_id(reqs)
+    assert (r[0].first_token_s, r[1].first_token_s) == (2.0, 2.0)
+
+
+def test_long_prefill_token_threshold_caps_each_chunk():
+    # rule 2: threshold 3 splits a 7-token prompt into 3 + 3 + 1 even with budget to spare
+    plans: list = []
+    params = {"max_num_batched_tokens": 64, "max_num_seqs": 4, "long_prefill_token_threshold": 3}
+    run([spec(0, 7, 1)], "vllm", params, wrap=spy_plans(plans))
+    assert [p[1] for p in plans] == [[(0, 3)], [(0, 3)], [(0, 1)]]
+
+
+def test_whole_prompt_must_fit_before_admission():
+    # rule 4 (scheduler_reserve_full_isl): 4 blocks of 4 tokens; r0 holds 2 blocks (8 tokens,
+    # decoding to 9 needs a third), r1's 12-token prompt needs 3 blocks: only 2 are free, so r1
+    # waits although its first 4-token chunk would fit; it starts when r0 finishes.
+    plans: list = []
+    params = {"max_num_batched_tokens": 4, "max_num_seqs": 4}
+    reqs, _, _ = run(
+        [spec(0, 4, 3), spec(0, 12, 1)], "vllm", params, num_blocks=4, block_size=4,
+        max_model_len=16, wrap=spy_plans(plans),
+    )  # fmt: skip
+    r = by_id(reqs)
+    assert r[0].finish_s == 3.0
+    assert r[1].first_scheduled_s >= 2.0
+    assert all(1 not in [q for q, _ in p[1]] for p in plans if p[0] < 2.0)
+
+
+def test_async_arrival_during_a_step_waits_one_more_step():
+    # rule 6: r0 decodes from t=1 (steps 1->2, 2->3, ...). r1 arrives at 1.5 while step 1->2
+    # runs. vLLM plans step 2->3 before step 1->2's outputs are processed, i.e. before it takes
+    # r1 from its input queue, so r1 first runs in step 3->4; a synchronous engine runs it in
+    # step 2->3.
+    reqs, _, _ = run([spec(0, 4, 6), spec(1.5, 4, 1)], "vllm")
+    r = by_id(reqs)
+    assert r[1].first_scheduled_s == 3.0
+    sync, _, _ = run([spec(0, 4, 6), spec(1.5, 4, 1)], "vllm", {"async_scheduling": False})
+    assert by_id(sync)[1].first_scheduled_s == 2.0
+
+
+def test_async_idle_engine_plans_an_arrival_at_once():
+    # rule 6: with nothing else to run the arrival is planned immediately
+    reqs, _, _ = run([spec(0, 4, 1), spec(5.0, 4, 1)], "vllm")
+    assert by_id(reqs)[1].first_scheduled_s == 5.0
+
+
+def test_preemption_recomputes_the_last_admitted_and_blocks_admission_that_step():
+    # rules 3 + 4, synchronous (async off) to isolate them. 3 blocks of 2 tokens. r0 and r1
+    # (2-token prompts) prefill at 0 (2 blocks). At 1 both need a second block for their first
+    # decode: r0 takes the last one, r1 (last admitted) is preempted (recompute, front of
+    # waiting), freeing a block. r2 (arrived 0.5, one block) would fit, but no waiting request
+    # is admitted in a step with a preemption. At 2 r1 heads waiting and needs 2 blocks for its
+    # 3 tokens: FCFS stops there (vLLM's ``break``), so r2 waits behind it until r0 finishes.
+    plans: list = []
+    params = {"max_num_batched_tokens": 8, "max_num_seqs": 8, "async_scheduling": False}
+    reqs, reps, _ = run(
+        [spec(0, 2, 4), spec(0, 2, 4), spec(0.5, 2, 1)], "vllm", params, num_blocks=3,
+        block_size=2, max_model_len=8, wrap=spy_plans(plans),
+    )  # fmt: skip
+    assert reps[0].policy.preemption.stats["recompute"] == 1
+    assert plans[:5] == [
+        (0, [(0, 2), (1, 2)], False),
+        (1.0, [], True),
+        (2.0, [], True),
+        (3.0, [], True),
+        (4.0, [(1, 3), (2, 2)], False),  # r1 recomputes prompt + its 1 output token
+    ]
+    r = by_id(reqs)
+    assert (r[1].num_preemptions, r[2].first_scheduled_s) == (1, 4.0)
+
+
+@pytest.mark.parametrize(
+    "key,value", [("long_prefill_token_threshold", -1), ("async_scheduling", "yes")]
+)
+def test_bad_parameters_name_the_key(key, value):
+    from simulator.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=f"scheduler.{key}"):
+        run([spec(0, 4, 1)], "vllm", {key: value})
