@@ -108,7 +108,14 @@ def validate_main(argv: list[str]) -> int:
     path = real / f"{a.name}.json.gz"
     if not path.is_file():
         raise ConfigError(str(path), "--real", "no real run of that name in the folder")
-    res = vllm_validate.compare(cfg, a.config, vllm_validate.load_phase(path))
+    phase = vllm_validate.load_phase(path)
+    res = vllm_validate.compare(cfg, a.config, phase)
+    from profiles.vllm_steps import read_steps
+
+    steps = read_steps(str(real / "steps.jsonl"))
+    if steps:
+        res["schedule_match"] = vllm_validate.schedule_match(cfg, a.config, phase, steps)
+        print(f"steps planned exactly as vLLM did: {res['schedule_match']['identical']:.1%}")
     out = Path(a.out or "results/validate")
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(res, indent=1))

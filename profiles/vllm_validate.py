@@ -119,3 +119,58 @@ def _batch_stats(decodes, prefill) -> dict:
 def real_batch_stats(steps: list[dict], t0: float, t1: float) -> dict:
     sel = [s for s in steps if t0 <= s["t_done"] <= t1]
     return _batch_stats([s["nd"] for s in sel], [sum(c[1] for c in s["pf"]) for s in sel])
+
+
+class ReplayExecutor:
+    """Charges the k-th step the measured time of vLLM's k-th step of the same run, so a
+    simulated schedule can be compared with the engine's step by step under the engine's own
+    clock; steps beyond the recorded ones fall back to the latency model."""
+
+    can_precompute = False
+
+    def __init__(self, durations: list[float], latency):
+        self.durations = durations
+        self.latency = latency
+        self.k = 0
+
+    def execute(self, plan, replica, features: tuple) -> float:
+        k, self.k = self.k, self.k + 1
+        if k < len(self.durations):
+            return self.durations[k]
+        return self.latency.step_time(*features) + plan.extra_s
+
+
+def phase_steps(steps: list[dict], phase: dict) -> list[dict]:
+    """The engine steps of one replay phase, with their measured intervals (seconds)."""
+    sel = [s for s in steps if phase["t0"] <= s["t_done"] <= phase["t1"]]
+    prev = None
+    for s in sel:
+        idle = prev is None or s["t_sched"] >= prev
+        s["dur"] = s["t_done"] - (s["t_sched"] if idle else prev)
+        prev = s["t_done"]
+    return sel
+
+
+def schedule_match(cfg: dict, where: str, phase: dict, steps: list[dict]) -> dict:
+    """Fraction of steps whose composition (prefill tokens, running decodes) the ``vllm`` policy
+    plans exactly as vLLM did, given vLLM's measured step times (`ReplayExecutor`)."""
+    from simulator.runner import build
+    from simulator.runner import simulate as run
+
+    real = phase_steps(steps, phase)
+    built = build(copy.deepcopy(cfg), where, Path(where).resolve().parent)
+    ex = ReplayExecutor([s["dur"] for s in real], built.latency)
+    res = run(built, executor_factory=lambda latency, i: ex)
+    sp, sd = res.steps["prefill_tokens"], res.steps["decode_seqs"]
+    n = min(len(real), len(sp))
+    same = near = 0
+    for k in range(n):
+        rp, rd = sum(c[1] for c in real[k]["pf"]), real[k]["nd"]
+        same += int(sp[k] == rp and sd[k] == rd)
+        near += int(abs(sd[k] - rd) <= 1 and abs(sp[k] - rp) <= 0.05 * max(rp, 1))
+    return {
+        "real_steps": len(real),
+        "sim_steps": int(len(sp)),
+        "identical": same / n if n else 0.0,
+        "within_one_decode_and_5pct_prefill": near / n if n else 0.0,
+    }

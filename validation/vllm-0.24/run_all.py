@@ -77,10 +77,12 @@ def report(real_root: Path) -> dict:
             phase = vllm_validate.load_phase(run / f"{trace}_{load}.json.gz")
             res = vllm_validate.compare(cfg, path, phase)
             res["real_steps"] = vllm_validate.real_batch_stats(steps, phase["t0"], phase["t1"])
+            res["schedule_match"] = vllm_validate.schedule_match(cfg, path, phase, steps)
             out[f"{gpu}/{model}/{trace}_{load}"] = res
             print(
                 f"{gpu}/{model}/{trace}_{load}: median {res['median_abs_err']:.1%} "
-                f"max {res['max_abs_err']:.1%}",
+                f"max {res['max_abs_err']:.1%}, identical steps "
+                f"{res['schedule_match']['identical']:.1%}",
                 flush=True,
             )
     return out
@@ -88,8 +90,9 @@ def report(real_root: Path) -> dict:
 
 def table(results: dict) -> str:
     names = [m["metric"] for m in next(iter(results.values()))["metrics"]]
-    head = "| case | " + " | ".join(n.replace("_s.", " ") for n in names) + " | median | max |"
-    lines = [head, "|" + " --- |" * (len(names) + 3)]
+    head = "| case | " + " | ".join(n.replace("_s.", " ") for n in names)
+    head += " | median | max | identical steps |"
+    lines = [head, "|" + " --- |" * (len(names) + 4)]
     for case, r in results.items():
         cells = []
         for m in r["metrics"]:
@@ -98,7 +101,8 @@ def table(results: dict) -> str:
         lines.append(
             f"| {case} | "
             + " | ".join(cells)
-            + f" | {r['median_abs_err']:.1%} | {r['max_abs_err']:.1%} |"
+            + f" | {r['median_abs_err']:.1%} | {r['max_abs_err']:.1%}"
+            + f" | {r['schedule_match']['identical']:.1%} |"
         )
     return "\n".join(lines)
 
