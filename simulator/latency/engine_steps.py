@@ -14,7 +14,9 @@ The model has two regimes, as the engine has:
 * **every other step** (any prefill, or more decodes than the largest graph) runs piecewise
   graphs padded the same way up to the largest capture size, eagerly above, over
   ``N = prefill_tokens + decode_seqs`` tokens:
-  ``t = G(P(N)) + b_attn * prefill_attn + b_ctx * decode_ctx + b_seq * prefill_seqs``.
+  ``t = G(P(N)) + b_attn * prefill_attn + b_ctx * decode_ctx + b_seq * prefill_seqs
+  + b_dec * decode_seqs`` (the LM head and sampler run on sampled rows only, which ``N``
+  does not count).
 
 ``W`` and ``G`` are piecewise linear in their argument (values at fixed knots, linear between,
 the last segment extended). Each regime is fitted on its own training steps (``split ==
@@ -136,7 +138,7 @@ class EngineStepModel:
         return hat(self.padded(b), DECODE_KNOTS) + [ctx, mx, idle]
 
     def _mixed_x(self, pt, attn, ps, b, ctx, idle=0) -> list[float]:
-        return hat(self.padded(pt + b), TOKEN_KNOTS) + [attn, ctx, ps, idle]
+        return hat(self.padded(pt + b), TOKEN_KNOTS) + [attn, ctx, ps, b, idle]
 
     # -- fit -----------------------------------------------------------------------------------
     def _attribute(self) -> None:
@@ -162,7 +164,7 @@ class EngineStepModel:
         (zeros in the regime the step is not in)."""
         idle = r["after_idle"] if idle is None else idle
         d = [0.0] * (len(DECODE_KNOTS) + 3)
-        m = [0.0] * (len(TOKEN_KNOTS) + 4)
+        m = [0.0] * (len(TOKEN_KNOTS) + 5)
         if self._is_graph_decode(r["prefill_tokens"], r["decode_seqs"]):
             mx = r["decode_max"] or r["decode_ctx"] / r["decode_seqs"]
             d = self._decode_x(r["decode_seqs"], r["decode_ctx"], mx, idle)
