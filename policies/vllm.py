@@ -37,6 +37,14 @@ Every rule below is read from vLLM 0.24.0's source, ``vllm/v1/core/sched/schedul
    request whose prompt completes in step k is planned in k+1 with an output placeholder
    (``AsyncScheduler._update_after_schedule``), and no step is planned past ``max_tokens``.
 
+7. **The next step's launch delays this step's outputs** (``step_with_batch_queue``: schedule
+   and launch step k+1, *then* wait for step k's output). Launching a step that carries prompt
+   tokens takes the engine loop milliseconds of host work (a graph replay) to tens of
+   milliseconds (eager inductor code above the largest CUDA-graph size), measured by the
+   profiler as ``launch_s``; a short decode step before it reaches clients only then. The plan
+   of a decode-only step names the next step's tokens (``StepPlan.next_tokens``) when the head
+   of ``waiting`` will be admitted next.
+
 Left out, and why: KV blocks freed by requests finishing in step k become usable one step later
 under async scheduling (here: at once); the cost of processing an arrival in the engine-core
 process (a few milliseconds of host work per request, seen in ``profiles/vllm_table.py``'s
@@ -107,7 +115,22 @@ class Vllm(ChunkedPrefill):
         extra = pre.take_extra_s()
         if not chunks and not decode and not extra:
             return IDLE
-        return StepPlan(chunks=tuple(chunks), decode=decode or bool(extra), extra_s=extra)
+        nxt = 0 if chunks or not self.async_scheduling else self._next_prefill(replica, now)
+        return StepPlan(
+            chunks=tuple(chunks), decode=decode or bool(extra), extra_s=extra, next_tokens=nxt
+        )
+
+    def _next_prefill(self, replica, now: float) -> int:
+        """Tokens of the step after this decode-only one, if it will carry a prompt chunk: the
+        head of ``waiting`` arrived by now (so the next plan sees it, rule 6) and fits (rule 4).
+        Its launch runs while this step runs and delays this step's outputs (rule 7)."""
+        if not replica.waiting or len(replica.running) >= self.max_num_seqs:
+            return 0
+        req = replica.waiting[0]
+        if req.arrival_s > now or not replica.kv.can_allocate(req, req.num_tokens, 0):
+            return 0
+        budget = self.max_num_batched_tokens - len(replica.decoding)
+        return self._chunk(req.num_tokens - req.num_computed, budget) + len(replica.decoding)
 
     def _chunk(self, pending: int, budget: int) -> int:
         t = self.long_prefill_token_threshold

@@ -27,11 +27,30 @@ class StepExecutor(Protocol):
 
 
 class SimulatedExecutor:
+    """Charges each step its latency model's time.
+
+    A model with ``launch_s(tokens)`` (the host time to launch a step of that many tokens)
+    makes a step whose plan names the next step's tokens (``StepPlan.next_tokens``) last at
+    least that long, since its outputs wait for the launch; the wait is taken back from the next
+    step that carries prompt tokens, whose modelled time already includes it (the pair's total
+    is what the model was fitted on, `engine_steps`), down to a fifth of its time. One executor
+    per replica, so the carried wait is the replica's."""
+
     can_precompute = True
 
     def __init__(self, latency: StepLatencyModel):
         self.latency = latency
         self.step_time = latency.step_time
+        self.launch_s = getattr(latency, "launch_s", None)
+        self._waited = 0.0
 
     def execute(self, plan: StepPlan, replica: Replica, features: tuple) -> float:
-        return self.step_time(*features) + plan.extra_s
+        t = self.step_time(*features)
+        if self.launch_s is not None:
+            if self._waited and plan.chunks:
+                t = max(t - self._waited, 0.2 * t)
+            self._waited = 0.0
+            if plan.next_tokens:
+                self._waited = max(0.0, self.launch_s(plan.next_tokens) - t)
+                t += self._waited
+        return t + plan.extra_s

@@ -15,6 +15,11 @@ advance progress themselves.
   ``n - 1`` accepted drafts, so it emits ``n`` tokens (``n - 1 <= verify``).
 * ``extra_s``: seconds added to the step's time for work outside the latency model (draft model
   steps, KV swap copies over PCIe). A plan with ``extra_s > 0`` is never coalesced.
+* ``next_tokens``: an async-scheduling engine launches the *next* step while this one runs
+  (vLLM: ``step_with_batch_queue``), and this step's outputs reach clients only once that launch
+  returns. A policy that knows the next step will carry prefill tokens (> 0 here: that step's
+  token count) lets the executor end this step no earlier than the next one's launch
+  (`SimulatedExecutor`); 0 means nothing is known. Never set on coalescable plans.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ class StepPlan:
     wake_at: float | None = None
     verify: int = 0
     extra_s: float = 0.0
+    next_tokens: int = 0
 
     @property
     def is_idle(self) -> bool:

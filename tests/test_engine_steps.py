@@ -308,3 +308,27 @@ def test_report_refuses_a_real_run_of_other_arrivals():
     assert engine_jobs.fingerprint_mismatch({"model": "a"}, None) == [
         "the real run has no fingerprint"
     ]
+
+
+def test_launch_time_is_the_median_wait_of_exposed_decode_steps(tmp_path):
+    d = _table(tmp_path)
+    rows = list(csv.DictReader(open(d / "steps.csv")))
+    # three train pairs: a 2-decode step (own ~4 ms) stamped 20/22/24 ms, followed by an exposed
+    # 3000-token prefill (eager: above the largest graph, 512)
+    extra = []
+    for i, wait in enumerate((0.020, 0.022, 0.024)):
+        base = {c: 0 for c in STEP_COLUMNS}
+        dec = {**base, "step_id": 1000 + 2 * i, "scenario": "x", "split": "train",
+               "decode_seqs": 2, "decode_ctx": 200, "decode_max": 100, "dur_us": wait * 1e6}
+        pre = {**base, "step_id": 1001 + 2 * i, "scenario": "x", "split": "train",
+               "prefill_tokens": 3000, "prefill_attn": 3000 * 1500.5, "prefill_seqs": 1,
+               "decode_seqs": 2, "decode_ctx": 200, "exposes_launch": 1, "dur_us": 50000}
+        extra += [dec, pre]
+    with open(d / "steps.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=STEP_COLUMNS)
+        w.writeheader()
+        w.writerows(rows + extra)
+    m = EngineStepModel(d, "toy", 1)
+    assert m.launch_s(3002) == pytest.approx(0.022)
+    assert m.launch_s(100) == 0.0  # no graph-sized launches seen
+    assert m.describe()["launch_s"]["eager"] == pytest.approx(0.022)

@@ -121,3 +121,44 @@ def test_bad_parameters_name_the_key(key, value):
 
     with pytest.raises(ConfigError, match=f"scheduler.{key}"):
         run([spec(0, 4, 1)], "vllm", {key: value})
+
+
+class _LaunchModel:
+    """1 s per step; launching a step of any size takes 3 s of host time."""
+
+    name = "toy-launch"
+
+    def step_time(self, *features):
+        return 1.0
+
+    def launch_s(self, tokens):
+        return 3.0
+
+    def describe(self):
+        return {"name": self.name}
+
+
+def test_decode_step_waits_for_the_next_prefill_launch_and_the_prefill_gives_it_back():
+    # rule 7: r0 decodes from t=1. r1 arrives at 1.5 (async: first runs in step 3->...). The
+    # decode step planned at 2 (when r1 is waiting and eligible next) names r1's chunk as its
+    # next step: it lasts max(1, 3) = 3 s (2 -> 5); r1's prefill step then takes 1 - 2 s, floored
+    # at a fifth: 0.2 s (5 -> 5.2), so the pair costs what the model's pair target says.
+    plans: list = []
+    reqs, reps, _ = run(
+        [spec(0, 4, 8), spec(1.5, 4, 1)], "vllm", latency=_LaunchModel(), wrap=spy_plans(plans)
+    )
+    r = by_id(reqs)
+    assert r[1].first_scheduled_s == 5.0
+    assert r[1].first_token_s == pytest.approx(5.2)
+    durations = [round(row[1], 6) for row in reps[0].steps]
+    assert durations[:4] == [1.0, 1.0, 3.0, 0.2]
+
+
+def test_next_tokens_only_for_decode_only_plans_with_an_admissible_head():
+    from simulator.plan import StepPlan
+
+    assert StepPlan().next_tokens == 0
+    # synchronous scheduling launches after outputs: nothing to wait for
+    reqs, reps, _ = run([spec(0, 4, 8), spec(1.5, 4, 1)], "vllm", {"async_scheduling": False},
+                        latency=_LaunchModel())
+    assert all(row[1] == 1.0 for row in reps[0].steps)

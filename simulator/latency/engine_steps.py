@@ -111,9 +111,10 @@ class EngineStepModel:
         engine = self.meta["engine"]
         gpu_dir = self.meta["gpu"]["key"]
         self.name = f"engine:{engine['name']}-{engine['version']}/{gpu_dir}/{model_name}_tp{tp}"
-        for _ in range(2):  # first without exposed launches, then with their attributed times
+        for _ in range(2):  # first without exposed prefill steps, then with their targets
             self._attribute()
             self.fit([r for r in self.rows if r["split"] == "train" and _usable(r)])
+        self._fit_launch([r for r in self.rows if r["split"] == "train" and not r["burst"]])
 
     def _check_matches(self, model_name: str, tp: int) -> None:
         got = (self.meta["model"]["name"], int(self.meta["tp"]))
@@ -142,22 +143,39 @@ class EngineStepModel:
 
     # -- fit -----------------------------------------------------------------------------------
     def _attribute(self) -> None:
-        """Each row's ``target`` (seconds): its own stamp interval, except that a prefill step
-        that exposed its launch (``exposes_launch``) takes the excess of the decode step before
-        it over that step's predicted time, and that decode step gets no target. Before the
-        first fit, exposed prefill steps get no target either."""
+        """Each row's ``target`` (seconds): its own stamp interval, except for a decode-only step
+        followed by a prefill step that exposed its launch (``exposes_launch``): its outputs
+        waited for that launch, so it gets no target (it only tells the launch time:
+        ``next_tokens`` is the next step's token count), and the prefill step's target is the
+        pair's total less the decode step's predicted own time. The simulator splits that total
+        back the way the engine does (`SimulatedExecutor`, ``launch_s``). Needs ``c_dec``
+        fitted: a first pass leaves exposed prefill steps without a target."""
         fitted = hasattr(self, "c_dec")
         prev = None
         for r in self.rows:
             r["target"] = r["dur_us"] * 1e-6
-            if r["exposes_launch"]:
-                if fitted and prev is not None and prev["prefill_tokens"] == 0:
-                    r["target"] += prev["dur_us"] * 1e-6 - self.predict_row(prev)
-                else:
-                    r["target"] = None
-                if prev is not None:
-                    prev["target"] = None
+            r["next_tokens"] = 0
+            if r["exposes_launch"] and prev is not None and prev["prefill_tokens"] == 0:
+                prev["next_tokens"] = r["prefill_tokens"] + r["decode_seqs"]
+                prev["wait_s"] = prev["dur_us"] * 1e-6
+                prev["target"] = None
+                r["target"] = (r["target"] + prev["wait_s"] - self._own(prev)) if fitted else None
             prev = r
+
+    def _fit_launch(self, train: list[dict]) -> None:
+        """Launch time of a step on the engine loop, per kind (within the largest CUDA graph:
+        a graph replay; above it: eager inductor code, tens of ms): the median stamp interval
+        of decode steps whose outputs clearly waited for it (interval > 1.1 x their own
+        predicted time). Fewer than 3 such steps: 0 (nothing is charged)."""
+        waits: dict[bool, list[float]] = {True: [], False: []}
+        for r in train:
+            if r["next_tokens"] and r["wait_s"] > 1.1 * self._own(r):
+                waits[self.padded(r["next_tokens"]) <= self.max_graph].append(r["wait_s"])
+        self.launch = {k: float(np.median(v)) if len(v) >= 3 else 0.0 for k, v in waits.items()}
+
+    def launch_s(self, tokens: int) -> float:
+        """Host time to launch a step of ``tokens`` tokens (`_fit_launch`)."""
+        return self.launch[self.padded(tokens) <= self.max_graph]
 
     def _x(self, r: dict, idle: int | None = None) -> list[float]:
         """The step's full feature vector: decode-regime part, then the other regime's part
@@ -248,9 +266,13 @@ class EngineStepModel:
             return float(self.c_dec[-1])
         return float(self.c_mix[-1])
 
-    def predict_row(self, r: dict) -> float:
-        """Predicted time of one recorded step (its idle start included)."""
+    def _own(self, r: dict) -> float:
         return float(np.dot(self._x(r), np.concatenate([self.c_dec, self.c_mix])))
+
+    def predict_row(self, r: dict) -> float:
+        """Predicted time of one recorded step (its idle start included; an exposed prefill
+        step's time includes the launch its predecessor waited for, as its target does)."""
+        return self._own(r)
 
     def heldout(self) -> dict:
         """Error of the model on the steps it was not fitted on (signed, sim / real - 1)."""
@@ -266,6 +288,7 @@ class EngineStepModel:
             "gpu": self.meta["gpu"],
             "created_utc": self.meta.get("created_utc"),
             "fit": {"train_steps": self.train_steps, "train_steps_far_off": self.far_off},
+            "launch_s": {"graph": self.launch[True], "eager": self.launch[False]},
             "frontend": self.meta.get("frontend") or "not measured",
         }
 
