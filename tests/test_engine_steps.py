@@ -318,11 +318,29 @@ def test_launch_time_is_the_median_wait_of_exposed_decode_steps(tmp_path):
     extra = []
     for i, wait in enumerate((0.020, 0.022, 0.024)):
         base = {c: 0 for c in STEP_COLUMNS}
-        dec = {**base, "step_id": 1000 + 2 * i, "scenario": "x", "split": "train",
-               "decode_seqs": 2, "decode_ctx": 200, "decode_max": 100, "dur_us": wait * 1e6}
-        pre = {**base, "step_id": 1001 + 2 * i, "scenario": "x", "split": "train",
-               "prefill_tokens": 3000, "prefill_attn": 3000 * 1500.5, "prefill_seqs": 1,
-               "decode_seqs": 2, "decode_ctx": 200, "exposes_launch": 1, "dur_us": 50000}
+        dec = {
+            **base,
+            "step_id": 1000 + 2 * i,
+            "scenario": "x",
+            "split": "train",
+            "decode_seqs": 2,
+            "decode_ctx": 200,
+            "decode_max": 100,
+            "dur_us": wait * 1e6,
+        }
+        pre = {
+            **base,
+            "step_id": 1001 + 2 * i,
+            "scenario": "x",
+            "split": "train",
+            "prefill_tokens": 3000,
+            "prefill_attn": 3000 * 1500.5,
+            "prefill_seqs": 1,
+            "decode_seqs": 2,
+            "decode_ctx": 200,
+            "exposes_launch": 1,
+            "dur_us": 50000,
+        }
         extra += [dec, pre]
     with open(d / "steps.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=STEP_COLUMNS)
@@ -332,3 +350,46 @@ def test_launch_time_is_the_median_wait_of_exposed_decode_steps(tmp_path):
     assert m.launch_s(3002) == pytest.approx(0.022)
     assert m.launch_s(100) == 0.0  # no graph-sized launches seen
     assert m.describe()["launch_s"]["eager"] == pytest.approx(0.022)
+
+
+def test_frontend_delays_move_ttft_and_e2e_not_tpot_and_keep_fifo():
+    # constant 1 s steps; the engine sees a request 0.5 s + 1 ms per prompt token after it
+    # arrives (FIFO: r1, arriving 0.1 s after r0 with a shorter prompt, still enters after it),
+    # and clients see tokens 0.25 s after the engine emits them.
+    import simpy
+
+    from policies.routing import ROUTERS
+    from simulator.cfg import Section
+    from simulator.cluster import Cluster
+    from simulator.kv.paged import PagedAllocator
+    from simulator.latency.constant import ConstantLatencyModel
+    from simulator.metrics import request_table
+    from tests.policy_kit import engine_facts, make_engine, spec
+
+    env = simpy.Environment()
+    cluster = Cluster(
+        env,
+        [spec(0.0, 400, 3), spec(0.1, 100, 3)],
+        ROUTERS["round_robin"](Section({}, "t.yaml")),
+        input_delay=lambda p: 0.5 + 0.001 * p,
+    )
+    rep = make_engine(
+        env,
+        0,
+        "continuous",
+        {},
+        latency=ConstantLatencyModel(1.0),
+        kv=PagedAllocator(1000, 16),
+        coalesce=True,
+        engine=engine_facts(1000),
+    )
+    cluster.add_replica(rep)
+    cluster.start()
+    env.run()
+    cols = request_table(cluster.requests, output_delay_s=0.25)
+    # r0 enters at 0.9 and prefills 0.9 -> 1.9; r1 enters at max(0.7, 0.9) = 0.9 too, same step
+    assert list(cols["arrival_s"]) == [0.0, 0.1]
+    assert cols["ttft_s"][0] == pytest.approx(1.9 + 0.25)
+    assert cols["ttft_s"][1] == pytest.approx(1.9 + 0.25 - 0.1)
+    assert list(cols["tpot_s"]) == pytest.approx([1.0, 1.0])
+    assert cols["e2e_s"][0] == pytest.approx(3.9 + 0.25)

@@ -159,6 +159,10 @@ def test_next_tokens_only_for_decode_only_plans_with_an_admissible_head():
 
     assert StepPlan().next_tokens == 0
     # synchronous scheduling launches after outputs: nothing to wait for
-    reqs, reps, _ = run([spec(0, 4, 8), spec(1.5, 4, 1)], "vllm", {"async_scheduling": False},
-                        latency=_LaunchModel())
+    reqs, reps, _ = run(
+        [spec(0, 4, 8), spec(1.5, 4, 1)],
+        "vllm",
+        {"async_scheduling": False},
+        latency=_LaunchModel(),
+    )
     assert all(row[1] == 1.0 for row in reps[0].steps)
