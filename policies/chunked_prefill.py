@@ -26,6 +26,7 @@ a request is chunked only after its KV for the chunk is allocated.
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 from policies.base import Policy
@@ -99,7 +100,7 @@ class ChunkedPrefill(Policy):
                 break
             if req._dset is not None or req.status != Status.RUNNING:
                 continue  # decoding, or preempted by an earlier request in this loop
-            n = min(req.num_pending, budget)
+            n = self._chunk(req.num_pending, budget)
             while not kv.allocate(req, req.num_computed + n):
                 victim = newest_running(replica)
                 self.preemption.preempt(replica, victim)
@@ -110,10 +111,24 @@ class ChunkedPrefill(Policy):
                 budget -= n
         return budget
 
-    def _admit_waiting(self, replica, now: float, budget: int, chunks: list) -> None:
+    def _chunk(self, pending: int, budget: int) -> int:
+        """Tokens of a prompt with ``pending`` left that one step computes."""
+        return min(pending, budget)
+
+    def _fits(self, kv, req, upto: int) -> bool:
+        """Whether a waiting request may be admitted to compute up to ``upto`` tokens."""
+        return kv.can_allocate(req, upto, self._watermark_blocks)
+
+    def _admit_waiting(
+        self, replica, now: float, budget: int, chunks: list, cutoff: float = math.inf
+    ) -> None:
+        """Admit waiting requests FCFS while budget and sequences last; ``cutoff``: requests
+        (never preempted) that arrived later are not yet visible to the scheduler."""
         waiting, kv, pre = replica.waiting, replica.kv, self.preemption
         while budget > 0 and waiting and len(replica.running) < self.max_num_seqs:
             req = waiting[0]
+            if req.arrival_s > cutoff and req.num_preemptions == 0:
+                break
             if req.num_preemptions == 0 and req.first_scheduled_s is None:
                 reason = too_long(replica, req, req.num_prompt_tokens, self._watermark_blocks)
                 if reason:
@@ -123,8 +138,8 @@ class ChunkedPrefill(Policy):
             swapped = pre.is_swapped(req)
             hit = prefix_hit(replica, req)
             start = hit or req.num_computed
-            n = min(req.num_tokens - start, budget)
-            if not kv.can_allocate(req, start + n, self._watermark_blocks):
+            n = self._chunk(req.num_tokens - start, budget)
+            if not self._fits(kv, req, start + n):
                 break
             waiting.popleft()
             kv.allocate(req, start + n)

@@ -60,10 +60,9 @@ from __future__ import annotations
 from typing import ClassVar
 
 from policies.chunked_prefill import ChunkedPrefill
-from policies.common import grow_decodes, prefix_hit, start_from_cache, too_long
+from policies.common import grow_decodes
 from simulator.cfg import Section
 from simulator.plan import IDLE, StepPlan
-from simulator.request import Status
 
 
 class Vllm(ChunkedPrefill):
@@ -110,7 +109,7 @@ class Vllm(ChunkedPrefill):
         chunks: list = []
         budget = self._continue_prefills(replica, budget, chunks)
         if pre.stats["recompute"] + pre.stats["swap"] == before:
-            self._admit(replica, now, cutoff, budget, chunks)
+            self._admit_waiting(replica, now, budget, chunks, cutoff)
         decode = len(replica.decoding) > 0
         extra = pre.take_extra_s()
         if not chunks and not decode and not extra:
@@ -133,50 +132,8 @@ class Vllm(ChunkedPrefill):
         return self._chunk(req.num_tokens - req.num_computed, budget) + len(replica.decoding)
 
     def _chunk(self, pending: int, budget: int) -> int:
-        t = self.long_prefill_token_threshold
+        t = self.long_prefill_token_threshold  # rule 2 / 4: 0 is off
         return min(pending, t if 0 < t < pending else pending, budget)
 
-    def _continue_prefills(self, replica, budget: int, chunks: list) -> int:
-        kv = replica.kv
-        for req in list(replica.running.values()):
-            if budget <= 0:
-                break
-            if req._dset is not None or req.status != Status.RUNNING:
-                continue
-            n = self._chunk(req.num_pending, budget)
-            while not kv.allocate(req, req.num_computed + n):
-                victim = next(reversed(replica.running.values()))
-                self.preemption.preempt(replica, victim)
-                if victim is req:
-                    break
-            else:
-                chunks.append((req, n))
-                budget -= n
-        return budget
-
-    def _admit(self, replica, now: float, cutoff: float, budget: int, chunks: list) -> None:
-        waiting, kv, pre = replica.waiting, replica.kv, self.preemption
-        while budget > 0 and waiting and len(replica.running) < self.max_num_seqs:
-            req = waiting[0]
-            if req.arrival_s > cutoff and req.num_preemptions == 0:
-                break  # not yet seen by the engine core (rule 6)
-            if req.num_preemptions == 0 and req.first_scheduled_s is None:
-                reason = too_long(replica, req, req.num_prompt_tokens, 0)
-                if reason:
-                    waiting.popleft()
-                    replica.reject(req, reason, now)
-                    continue
-            swapped = pre.is_swapped(req)
-            hit = prefix_hit(replica, req)
-            start = hit or req.num_computed
-            n = self._chunk(req.num_tokens - start, budget)
-            if not kv.can_allocate(req, req.num_tokens, 0):
-                break  # the whole sequence must fit (rule 4)
-            waiting.popleft()
-            kv.allocate(req, start + n)
-            start_from_cache(req, hit)
-            if swapped:
-                pre.swap_in(req)
-            replica.admit(req, now)
-            chunks.append((req, n))
-            budget -= n
+    def _fits(self, kv, req, upto: int) -> bool:
+        return kv.can_allocate(req, req.num_tokens, 0)  # rule 4: the whole sequence must fit

@@ -343,17 +343,8 @@ def _read_meta(table_dir: Path) -> dict:
     return meta
 
 
-_INT = (
-    "step_id",
-    "prefill_tokens",
-    "prefill_seqs",
-    "decode_seqs",
-    "decode_ctx",
-    "decode_max",
-    "after_idle",
-    "burst",
-    "exposes_launch",
-)
+#: integer columns of ``steps.csv`` (the rest: scenario and split text, two floats)
+_INT = tuple(c for c in STEP_COLUMNS if c not in ("scenario", "split", "prefill_attn", "dur_us"))
 
 
 def read_steps_csv(path: Path) -> list[dict]:
