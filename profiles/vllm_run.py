@@ -6,8 +6,8 @@ scheduling, chunked prefill with 8192 batched tokens, prefix caching, FlashAtten
 piecewise CUDA graphs) on a generated ``config.json`` with dummy weights, then runs the job's
 phases on it:
 
-* ``{"name", "kind": "profile", "seed"}``: the scenarios of `profiles.vllm_grid`, one after
-  another with the engine idle in between;
+* ``{"name", "kind": "profile", "seed", "limit"?}``: the scenarios of `profiles.vllm_grid`
+  (the first ``limit`` only, for a smoke test), one after another with the engine idle between;
 * ``{"name", "kind": "replay", "arrivals": FILE}``: requests submitted at their arrival times,
   one asyncio task per request, streaming tokens (what a serving client sees).
 
@@ -157,6 +157,7 @@ async def _inject(client: Client, sc: dict) -> None:
 async def run_profile(client: Client, phase: dict, facts: dict) -> dict:
     kv_tokens = facts["cache"]["num_gpu_blocks"] * facts["cache"]["block_size"]
     scs = vllm_grid.scenarios(facts["model"]["max_model_len"], kv_tokens, phase.get("seed", 0))
+    scs = scs[: phase["limit"]] if phase.get("limit") else scs  # a smoke test's few
     done = []
     for sc in scs:
         done.append(await run_scenario(client, sc))

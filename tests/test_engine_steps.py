@@ -273,6 +273,10 @@ def test_a_quantized_model_never_gets_a_bf16_table():
     fp8 = {"base": "llama-3-8b", "bytes_per_weight": 1, "bytes_per_kv": 1}
     lat = build(_cfg("vllm", fp8), str(REPO / "t.yaml"), REPO).latency
     assert lat.name.startswith("roofline")
+    assert any("measured bf16" in w for w in lat.describe()["warnings"])
+    bf16 = build(_cfg("vllm", "mistral-7b"), str(REPO / "t.yaml"), REPO).latency
+    assert bf16.name.startswith("roofline")  # no table at all: no precision warning
+    assert not any("measured bf16" in w for w in bf16.describe()["warnings"])
     cfg = _cfg("vllm", fp8)
     cfg["latency"] = {"model": "profile"}
     with pytest.raises(ConfigError, match="measured bf16"):

@@ -63,6 +63,7 @@ class RooflineLatencyModel:
         "tp",
         "step_overhead_s",
         "allreduce_link",
+        "fallback_reason",
         "_fixed",
         "_lin",
         "_qkv_f",
@@ -98,6 +99,8 @@ class RooflineLatencyModel:
         key: str = "tp",
     ):
         model.check_tp(tp, where, key)
+        #: why a profiled table was not used, when `latency: auto` fell back (printed, saved)
+        self.fallback_reason: str | None = None
         if not step_overhead_s >= 0:
             raise ValueError(f"step_overhead_s must be >= 0, got {step_overhead_s!r}")
         self.model = model
@@ -271,7 +274,8 @@ class RooflineLatencyModel:
             "warnings": [
                 "roofline: optimistic bound from FLOPs and bytes at peak rates, not profiled; "
                 "latencies are lower bounds and throughputs upper bounds"
-            ],
+            ]
+            + ([self.fallback_reason] if self.fallback_reason else []),
         }
 
     def __repr__(self) -> str:

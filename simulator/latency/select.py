@@ -88,7 +88,14 @@ def build_latency(
                 f"no shipped table for {gpu.name} / {model.name} / tp{tp}; profile one with "
                 "`servesim profile` or use model: roofline",
             )
-        return _roofline(model, gpu, tp, overhead_ms, where, sec.key("model"))
+        lat = _roofline(model, gpu, tp, overhead_ms, where, sec.key("model"))
+        if not _is_bf16(model) and default_table_dir(model, gpu, tp, engine) is not None:
+            lat.fallback_reason = (
+                f"latency auto: the shipped table for {gpu.name} / {model.name} / tp{tp} "
+                f"measured bf16 weights and KV, this model has {model.bytes_per_weight} bytes "
+                f"per weight and {model.bytes_per_kv} per KV element; using the roofline model"
+            )
+        return lat
     if overhead_ms is not None:
         raise sec.error("step_overhead_ms", "only the roofline model takes a fixed overhead")
     if (table_dir / "meta.yaml").read_text().find("kind: engine_steps") >= 0:
