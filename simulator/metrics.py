@@ -17,7 +17,10 @@ import math
 
 import numpy as np
 
+from simulator.steplog import NAMES as STEP_NAMES
+
 PCTS = (50, 90, 95, 99)
+_FLOAT_STEP_COLS = ("start_s", "duration_s", "prefill_attn")
 
 
 def dist(values) -> dict:
@@ -109,20 +112,25 @@ def slo_met(cols: dict, ttft_s: float | None, tpot_s: float | None) -> np.ndarra
     return ok
 
 
-def step_arrays(replicas) -> dict[str, np.ndarray]:
-    names = (
-        "start_s", "duration_s", "prefill_tokens", "prefill_attn", "prefill_seqs", "decode_seqs",
-        "decode_ctx", "kv_blocks_used", "num_waiting", "num_running", "kv_tokens",
-    )  # fmt: skip
-    rows = [row + (rep.index,) for rep in replicas for row in rep.steps]
-    if not rows:
-        return {k: np.zeros(0) for k in names + ("replica",)}
-    a = np.array(rows, dtype=float)
-    out = {k: a[:, i] for i, k in enumerate(names)}
-    out["replica"] = a[:, -1].astype(np.int64)
-    for k in names[2:]:
-        if k != "prefill_attn":
-            out[k] = out[k].astype(np.int64)
+def step_arrays(replicas, release: bool = False) -> dict[str, np.ndarray]:
+    """Column arrays of every replica's steps (replica 0's rows first), one contiguous array
+    per column: float64 for times and attention pairs, int64 for counts. ``release`` empties
+    the replicas' step logs as their rows are copied (a long run's steps would otherwise be
+    held twice)."""
+    total = sum(len(rep.steps) for rep in replicas)
+    out = {k: np.empty(total, dtype=float if k in _FLOAT_STEP_COLS else np.int64)
+           for k in STEP_NAMES}  # fmt: skip
+    out["replica"] = np.empty(total, dtype=np.int64)
+    lo = 0
+    for rep in replicas:
+        a = rep.steps.array()
+        hi = lo + len(a)
+        for i, k in enumerate(STEP_NAMES):
+            out[k][lo:hi] = a[:, i]
+        out["replica"][lo:hi] = rep.index
+        lo = hi
+        if release:
+            rep.steps.release()
     return out
 
 
@@ -145,8 +153,10 @@ def summarize(
     first_arrival = float(cols["arrival_s"].min()) if n_arrived else 0.0
     duration = max(end_s - first_arrival, 1e-12)
     met = slo_met(cols, slo.get("ttft_s"), slo.get("tpot_s"))
-    gaps = [g for rep in replicas for g in rep.itl_gaps]
-    counts = [c for rep in replicas for c in rep.itl_counts]
+    gaps = np.concatenate([np.frombuffer(rep.itl_gaps, dtype=float) for rep in replicas] or [[]])
+    counts = np.concatenate(
+        [np.frombuffer(rep.itl_counts, dtype=np.int64) for rep in replicas] or [[]]
+    )
     in_tok = int(cols["input_tokens"][done].sum())
     out_tok = int(cols["generated_tokens"][done].sum())
     reasons: dict[str, int] = {}

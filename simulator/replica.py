@@ -20,6 +20,7 @@ cuts the run after the sub-step in progress. Results are therefore identical wit
 from __future__ import annotations
 
 import math
+from array import array
 from collections import deque
 from collections.abc import Callable
 
@@ -29,6 +30,7 @@ from simulator.decode import DecodeSet
 from simulator.executor import StepExecutor
 from simulator.plan import StepPlan
 from simulator.request import Request, Status
+from simulator.steplog import CHUNK, StepLog
 
 _MAX_RUN = 512  # longest precomputed decode run (bounds wasted work when a run is cut)
 
@@ -71,10 +73,11 @@ class Replica:
         # decode_seqs, decode_ctx, kv_blocks_used, num_waiting, num_running, kv_tokens
         # (kv_tokens: tokens in the cache at the step's end, counting the decode set and the
         # step's chunks; reserved-but-unused KV = kv_blocks_used * block_size - kv_tokens)
-        self.steps: list[tuple] = []
-        # inter-token gaps: gap seconds and how many tokens saw that gap
-        self.itl_gaps: list[float] = []
-        self.itl_counts: list[int] = []
+        self.steps = StepLog()
+        # inter-token gaps: gap seconds and how many tokens saw that gap (raw doubles/int64:
+        # one entry per decode step and per joiner, millions in a long run)
+        self.itl_gaps = array("d")
+        self.itl_counts = array("q")
         self._wake: simpy.Event | None = None
         self._run: list[tuple[float, float, int]] | None = None  # (start, duration, decode_ctx)
         self._run_next = 0
@@ -156,7 +159,10 @@ class Replica:
     # -- the loop ---------------------------------------------------------------------------------
     def _loop(self):
         env = self.env
+        pending_steps = self.steps.rows
         while True:
+            if len(pending_steps) >= CHUNK:
+                self.steps.pack()
             plan: StepPlan = self.policy.schedule(self, env.now)
             if plan.is_idle:
                 yield from self._idle(plan)

@@ -208,7 +208,7 @@ def simulate(built: Built, executor_factory=None) -> Results:
         env.run()
         end_s = env.now
     cols = request_table(cluster.requests)
-    steps = step_arrays(replicas)
+    steps = step_arrays(replicas, release=True)
     summary = summarize(
         cols, steps, replicas, slo=built.slo, model=built.model, gpu=built.gpu, tp=built.tp,
         end_s=end_s, price_per_gpu_hour=built.price_per_gpu_hour,
