@@ -1,8 +1,10 @@
 """Arrivals and routing: the process that turns a workload into requests at replicas.
 
 One SimPy process replays the workload's arrival times; each request is handed to the replica the
-router picks. Every arriving request is kept in ``requests`` so the run can account for all of
-them (finished, rejected, or still in flight at the horizon).
+router picks. Every arriving request is accounted for (finished, rejected, or still in flight at
+the horizon) in ``log``, a columnar `RequestLog` that drops finished requests' objects; with
+``keep_requests`` (tests, tools that inspect `Request` objects) they are also kept in
+``requests``.
 """
 
 from __future__ import annotations
@@ -11,19 +13,28 @@ import math
 
 import simpy
 
+from simulator.reqlog import RequestLog
 from simulator.request import Request
-from workloads.spec import RequestSpec
+from workloads.spec import RequestColumns, RequestSpec
 
 
 class Cluster:
-    def __init__(self, env: simpy.Environment, specs: list[RequestSpec], router):
+    def __init__(
+        self, env: simpy.Environment, specs: list[RequestSpec], router, keep_requests=True
+    ):
         self.env = env
-        self.specs = specs
+        self.specs = RequestColumns.of(specs)
         self.router = router
         self.replicas: list = []
         self.requests: list[Request] = []
+        self.keep_requests = keep_requests
+        self.log = RequestLog(len(self.specs))
         #: arrival time of the next request not yet arrived (replicas bound decode runs by it)
-        self.next_arrival_s = specs[0].arrival_s if specs else math.inf
+        self.next_arrival_s = float(self.specs.arrival_s[0]) if len(self.specs) else math.inf
+
+    @property
+    def num_arrived(self) -> int:
+        return self.log.num_arrived
 
     def add_replica(self, replica) -> None:
         replica.next_external_s = self.next_external_s
@@ -36,16 +47,19 @@ class Cluster:
         self.env.process(self._arrivals())
 
     def _arrivals(self):
-        env = self.env
+        env, route, replicas = self.env, self.router.route, self.replicas
+        log_add = self.log.add
+        keep = self.requests.append if self.keep_requests else None
         for i, spec in enumerate(self.specs):
-            self.next_arrival_s = spec.arrival_s
-            if spec.arrival_s > env.now:
-                yield env.timeout(spec.arrival_s - env.now)
-            req = Request(
-                i, spec.arrival_s, spec.num_prompt_tokens, spec.num_output_tokens, spec.hash_ids
-            )
-            self.requests.append(req)
-            self.router.route(req, self.replicas).add_request(req)
+            t = spec.arrival_s
+            self.next_arrival_s = t
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            req = Request(i, t, spec.num_prompt_tokens, spec.num_output_tokens, spec.hash_ids)
+            log_add(req)
+            if keep is not None:
+                keep(req)
+            route(req, replicas).add_request(req)
         self.next_arrival_s = math.inf
         for replica in self.replicas:
             replica.sync()

@@ -87,8 +87,16 @@ def request_table(requests) -> dict[str, np.ndarray]:
         cols["replica"][i] = -1 if r.replica is None else r.replica
         status.append(r.status.name.lower())
         reason.append(r.reject_reason or "")
+    return derived_request_columns(
+        cols, np.array(status, dtype=object), np.array(reason, dtype=object)
+    )
+
+
+def derived_request_columns(cols: dict, status: np.ndarray, reason: np.ndarray) -> dict:
+    """Add TTFT, E2E, TPOT, queueing time, status and reject reason to the stored columns."""
+    nan = math.nan
     arr = cols["arrival_s"]
-    done = np.array([s == "finished" for s in status], dtype=bool)
+    done = status == "finished"
     cols["ttft_s"] = cols["first_token_s"] - arr
     cols["e2e_s"] = np.where(done, cols["finish_s"] - arr, nan)
     out = cols["generated_tokens"]
@@ -97,8 +105,8 @@ def request_table(requests) -> dict[str, np.ndarray]:
             done & (out > 1), (cols["finish_s"] - cols["first_token_s"]) / (out - 1), nan
         )
     cols["queue_s"] = cols["first_scheduled_s"] - arr
-    cols["status"] = np.array(status, dtype=object)
-    cols["reject_reason"] = np.array(reason, dtype=object)
+    cols["status"] = status
+    cols["reject_reason"] = reason
     return cols
 
 
@@ -115,22 +123,21 @@ def slo_met(cols: dict, ttft_s: float | None, tpot_s: float | None) -> np.ndarra
 def step_arrays(replicas, release: bool = False) -> dict[str, np.ndarray]:
     """Column arrays of every replica's steps (replica 0's rows first), one contiguous array
     per column: float64 for times and attention pairs, int64 for counts. ``release`` empties
-    the replicas' step logs as their rows are copied (a long run's steps would otherwise be
-    held twice)."""
+    the replicas' step logs chunk by chunk as their rows are copied (a long run's steps would
+    otherwise be held twice)."""
     total = sum(len(rep.steps) for rep in replicas)
     out = {k: np.empty(total, dtype=float if k in _FLOAT_STEP_COLS else np.int64)
            for k in STEP_NAMES}  # fmt: skip
     out["replica"] = np.empty(total, dtype=np.int64)
     lo = 0
     for rep in replicas:
-        a = rep.steps.array()
-        hi = lo + len(a)
-        for i, k in enumerate(STEP_NAMES):
-            out[k][lo:hi] = a[:, i]
-        out["replica"][lo:hi] = rep.index
-        lo = hi
-        if release:
-            rep.steps.release()
+        for a in rep.steps.drain() if release else [rep.steps.array()]:
+            hi = lo + len(a)
+            for i, k in enumerate(STEP_NAMES):
+                out[k][lo:hi] = a[:, i]
+            out["replica"][lo:hi] = rep.index
+            lo = hi
+            del a
     return out
 
 

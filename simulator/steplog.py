@@ -39,10 +39,14 @@ class StepLog:
             self._chunks.append(np.array(self.rows, dtype=float).reshape(-1, WIDTH))
             self.rows.clear()
 
-    def release(self) -> None:
-        """Drop every row (the run's columns have been copied out; see metrics.step_arrays)."""
-        self.rows.clear()
-        self._chunks = []
+    def drain(self):
+        """Yield the rows as float64 chunks, oldest first, letting each go once yielded (the
+        run's columns are being copied out; see metrics.step_arrays). Leaves the log empty."""
+        self.pack()
+        chunks, self._chunks = self._chunks, []
+        chunks.reverse()
+        while chunks:
+            yield chunks.pop()
 
     def array(self) -> np.ndarray:
         """All rows as one (n, 11) float64 array (packs the pending tuples first)."""

@@ -92,3 +92,66 @@ def test_step_log_and_arrays_equal_the_tuple_list():
         assert new[k].dtype == old[k].dtype and np.array_equal(new[k], old[k]), k
         assert new[k].sum() == old[k].sum(), k  # contiguous vs strided: same float sums
     assert all(len(r.steps) == 0 for r in reps)
+
+
+def _run_cluster(config_overrides, until=None):
+    """Run the policy kit's cluster on a small mixed workload; return (cluster, replicas)."""
+    import simpy
+
+    from policies.routing import ROUTERS
+    from simulator.cfg import Section
+    from simulator.cluster import Cluster
+    from simulator.kv.paged import PagedAllocator
+    from simulator.latency.constant import ConstantLatencyModel
+    from tests.policy_kit import engine_facts, make_engine
+    from workloads.spec import RequestSpec
+
+    rng = np.random.default_rng(3)
+    specs = [
+        RequestSpec(float(t), int(p), int(o))
+        for t, p, o in zip(
+            np.cumsum(rng.exponential(0.01, 3000)), rng.integers(1, 1200, 3000),
+            rng.integers(1, 300, 3000), strict=True,
+        )
+    ]  # fmt: skip
+    specs[7] = RequestSpec(specs[7].arrival_s, 9000, 10)  # rejected: longer than max_model_len
+    env = simpy.Environment()
+    cluster = Cluster(env, specs, ROUTERS["least_outstanding"](Section({}, "t.yaml")))
+    for i in range(2):
+        rep = make_engine(
+            env, i, "continuous", config_overrides, latency=ConstantLatencyModel(0.02),
+            kv=PagedAllocator(400, 16), coalesce=True, engine=engine_facts(400, 16, 8192, seed=i),
+        )  # fmt: skip
+        cluster.add_replica(rep)
+    cluster.start()
+    env.run(until=until)
+    for rep in cluster.replicas:
+        rep.sync()
+    return cluster
+
+
+def test_request_log_equals_the_request_table():
+    """The columnar log (finished requests dropped on the way) gives the old table exactly,
+    with preemptions, a rejection, and requests still waiting and running at a horizon."""
+    from simulator.metrics import request_table
+
+    for until in (None, 60.0):
+        cluster = _run_cluster({"max_num_seqs": 64}, until=until)
+        old = request_table(cluster.requests)
+        new = cluster.log.table()
+        assert list(new) == list(old)
+        for k in old:
+            assert new[k].dtype == old[k].dtype, k
+            assert np.array_equal(new[k], old[k], equal_nan=new[k].dtype.kind == "f"), k
+        assert (old["status"] == "rejected").sum() == 1 and old["preemptions"].sum() > 0
+        if until is not None:
+            assert (old["status"] == "waiting").any() and (old["status"] == "running").any()
+
+
+def test_request_columns_read_as_request_specs():
+    from workloads.spec import RequestColumns, RequestSpec
+
+    rows = [RequestSpec(0.5, 10, 3, (1, 2)), RequestSpec(1.0, 7, 1, ())]
+    cols = RequestColumns.of(rows)
+    assert cols == rows and list(cols) == rows and cols[1] == rows[1] and len(cols) == 2
+    assert type(cols[0].arrival_s) is float and type(next(iter(cols)).num_prompt_tokens) is int
