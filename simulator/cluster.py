@@ -37,11 +37,30 @@ class Cluster:
         return self.log.num_arrived
 
     def add_replica(self, replica) -> None:
-        replica.next_external_s = self.next_external_s
+        """Register a replica the router may pick, and give it its decode-run horizon.
+
+        The horizon only bounds how far ahead a replica precomputes decode steps (results do
+        not depend on it: an arrival that lands mid-run cuts the run). Round robin's choice is
+        known in advance (arrival ``i`` goes to the ``i % R``-th replica), so each replica is
+        bounded by its own next arrival; any other router may send the next arrival anywhere,
+        so every replica is bounded by it. With R replicas the first keeps runs R times longer.
+        """
+        position = len(self.replicas)
+        if getattr(self.router, "name", None) == "round_robin":
+            replica.next_external_s = lambda: self._next_arrival_for(position)
+        else:
+            replica.next_external_s = self.next_external_s
         self.replicas.append(replica)
 
     def next_external_s(self) -> float:
         return self.next_arrival_s
+
+    def _next_arrival_for(self, position: int) -> float:
+        """Arrival time of the next request round robin will send to ``replicas[position]``."""
+        cur = self.log.num_arrived
+        i = cur + (position - cur) % len(self.replicas)
+        times = self.specs.arrival_s
+        return float(times[i]) if i < len(times) else math.inf
 
     def start(self) -> None:
         self.env.process(self._arrivals())

@@ -5,12 +5,14 @@ row as float64 costs 88. The replica appends tuples to a short list (the cheapes
 its hot loop) and every ``CHUNK`` rows the list is packed into one float64 array.
 
 Invariants: rows are kept in append order; every value is stored as float64, exactly as
-``np.array(rows, dtype=float)`` stores it (integers are exact below 2**53), so the arrays
-``metrics.step_arrays`` builds are the ones it built from a list of tuples. ``log[i]`` and
-iteration give rows back as tuples of floats.
+``np.array(rows, dtype=float)`` stores it (each value through ``float()``; integers are exact
+below 2**53), so the arrays ``metrics.step_arrays`` builds are the ones it built from a list of
+tuples. ``log[i]`` and iteration give rows back as tuples of floats.
 """
 
 from __future__ import annotations
+
+from itertools import chain
 
 import numpy as np
 
@@ -35,9 +37,11 @@ class StepLog:
 
     def pack(self) -> None:
         """Move the pending tuples into a float64 chunk (call when ``pending() >= CHUNK``)."""
-        if self.rows:
-            self._chunks.append(np.array(self.rows, dtype=float).reshape(-1, WIDTH))
-            self.rows.clear()
+        rows = self.rows
+        if rows:
+            flat = np.fromiter(chain.from_iterable(rows), dtype=float, count=len(rows) * WIDTH)
+            self._chunks.append(flat.reshape(-1, WIDTH))
+            rows.clear()
 
     def drain(self):
         """Yield the rows as float64 chunks, oldest first, letting each go once yielded (the
