@@ -155,3 +155,53 @@ def test_request_columns_read_as_request_specs():
     cols = RequestColumns.of(rows)
     assert cols == rows and list(cols) == rows and cols[1] == rows[1] and len(cols) == 2
     assert type(cols[0].arrival_s) is float and type(next(iter(cols)).num_prompt_tokens) is int
+
+
+def test_growth_buckets_hand_out_growth_in_key_then_id_order():
+    """DecodeSet's growth buckets give the due members in the order of the (key, id) heap they
+    replaced, across joins, leaves, rejoins at the same key, and keys left behind."""
+    import heapq
+
+    from simulator.decode import DecodeSet
+    from simulator.request import Request
+
+    rng = np.random.default_rng(5)
+    d = DecodeSet()
+    ref: list = []  # the old heap: (key, id, req), with the same staleness rules
+    reqs = [Request(i, 0.0, int(rng.integers(1, 50)), 10_000) for i in range(40)]
+    ref_key = {}  # request id -> key of its live entry in ref
+
+    def ref_pop():
+        due = []
+        while ref and ref[0][0] <= d.clock:
+            key, _, r = heapq.heappop(ref)
+            if r._dset is d and ref_key[r.id] == key:
+                ref_key[r.id] = -1
+                due.append(r)
+        return due
+
+    multi = 0
+    for _ in range(3000):
+        op = rng.random()
+        members = list(d)
+        if op < 0.1 and len(members) < 30:
+            r = reqs[int(rng.integers(len(reqs)))]
+            if r._dset is None:
+                r._num_computed = r.num_tokens - 1
+                cap = r._num_computed + int(rng.integers(0, 20))
+                d.add(r, cap)
+                ref_key[r.id] = r._grow_clock
+                heapq.heappush(ref, (r._grow_clock, r.id, r))
+        elif op < 0.15 and members:
+            d.remove(members[int(rng.integers(len(members)))])
+        else:
+            due = d.pop_due_growth()
+            assert due == ref_pop()
+            multi += len(due) > 1
+            for r in due:
+                d.set_capacity(r, d.clock + r._dbase + int(rng.integers(1, 20)))
+                ref_key[r.id] = r._grow_clock
+                heapq.heappush(ref, (r._grow_clock, r.id, r))
+            for r in d.advance():
+                d.remove(r)
+    assert multi > 50
