@@ -69,12 +69,11 @@ class Cluster:
         env, route, replicas = self.env, self.router.route, self.replicas
         log_add = self.log.add
         keep = self.requests.append if self.keep_requests else None
-        for i, spec in enumerate(self.specs):
-            t = spec.arrival_s
+        for i, (t, prompt, output, hash_ids) in enumerate(self.specs.rows()):
             self.next_arrival_s = t
             if t > env.now:
                 yield env.timeout(t - env.now)
-            req = Request(i, t, spec.num_prompt_tokens, spec.num_output_tokens, spec.hash_ids)
+            req = Request(i, t, prompt, output, hash_ids)
             log_add(req)
             if keep is not None:
                 keep(req)

@@ -202,8 +202,11 @@ class DecodeSet:
 
         Returns the members that emitted their last token (still members; caller removes them).
         """
-        self.clock += 1
-        clock, heap, done = self.clock, self._fin, []
+        self.clock = clock = self.clock + 1
+        heap = self._fin
+        if not heap or heap[0][0] > clock:
+            return []
+        done = []
         while heap and heap[0][0] <= clock:
             key, _, req = heapq.heappop(heap)
             if req._dset is self and req._fin_clock == key:

@@ -250,12 +250,12 @@ class Replica:
         step row; after each but the run's last, allocate the KV growth of the next one (the
         run's KV bound guarantees it fits)."""
         d, kv, run, last = self.decoding, self.kv, self._run, len(self._run) - 1
-        log, waiting, running = self.steps.append, self.waiting, self.running
+        log, waiting, running, members = self.steps.append, self.waiting, self.running, d.members
         grow_due, extend, advance = d.grow_due, kv.extend, self._advance_decode
         for i in range(self._run_next, stop):
             start, dt, ctx = run[i]
             self.busy_s += dt
-            log((start, dt, 0, 0.0, 0, len(d), ctx, kv.num_used_blocks, len(waiting),
+            log((start, dt, 0, 0.0, 0, len(members), ctx, kv.num_used_blocks, len(waiting),
                  len(running), ctx))  # fmt: skip
             advance(start + dt)
             if i < last and not grow_due(extend):
@@ -265,14 +265,16 @@ class Replica:
     def _advance_decode(self, end: float) -> None:
         d = self.decoding
         done = d.advance()
-        cont = len(d) - len(d.joined)
+        joined = d.joined
+        cont = len(d.members) - len(joined)
         if cont:
             self.itl_gaps.append(end - d.last_step_end)
             self.itl_counts.append(cont)
-        for req in d.joined:
-            self.itl_gaps.append(end - req.last_token_s)
-            self.itl_counts.append(1)
-        d.joined.clear()
+        if joined:
+            for req in joined:
+                self.itl_gaps.append(end - req.last_token_s)
+                self.itl_counts.append(1)
+            joined.clear()
         d.last_step_end = end
         for req in done:
             d.remove(req)

@@ -68,14 +68,18 @@ class RequestColumns(Sequence):
         )  # fmt: skip
 
     def __iter__(self):
+        return map(RequestSpec._make, self.rows())
+
+    def rows(self):
+        """Plain ``(arrival_s, num_prompt_tokens, num_output_tokens, hash_ids)`` tuples, made a
+        chunk at a time (the simulator's arrival loop; no named tuple per request)."""
         n, step = len(self), self._ITER_CHUNK
         for lo in range(0, n, step):
             hi = min(lo + step, n)
             hashes = self.hash_ids[lo:hi] if self.hash_ids is not None else [None] * (hi - lo)
-            yield from map(
-                RequestSpec, self.arrival_s[lo:hi].tolist(),
-                self.num_prompt_tokens[lo:hi].tolist(), self.num_output_tokens[lo:hi].tolist(),
-                hashes,
+            yield from zip(
+                self.arrival_s[lo:hi].tolist(), self.num_prompt_tokens[lo:hi].tolist(),
+                self.num_output_tokens[lo:hi].tolist(), hashes, strict=True,
             )  # fmt: skip
 
     def __eq__(self, other) -> bool:
