@@ -205,3 +205,32 @@ def test_growth_buckets_hand_out_growth_in_key_then_id_order():
             for r in d.advance():
                 d.remove(r)
     assert multi > 50
+
+
+def test_round_robin_horizon_changes_nothing(monkeypatch):
+    """Each replica's decode runs bounded by its own next round-robin arrival give the results
+    of runs bounded by the cluster's next arrival and of step-by-step execution: the same
+    steps, counts and preemptions, and the same times up to SimPy's rounding of a run's end
+    (``now + (end - now)`` is exact once ``now >= end / 2``; DESIGN.md, decode runs)."""
+    from simulator.cluster import Cluster
+    from tests.helpers import LinearLatency
+    from tests.policy_kit import run
+    from tests.test_core_physics import poisson_specs
+
+    specs = poisson_specs(1500, 60.0, (20, 800), None, seed=11, output_range=(1, 300))
+    kw = dict(latency=LinearLatency(), num_blocks=300, replicas=4)
+    _, own, a = run(specs, **kw)
+    _, step, c = run(specs, coalesce=False, **kw)
+    monkeypatch.setattr(Cluster, "_next_arrival_for", lambda self, position: self.next_arrival_s)
+    _, shared, b = run(specs, **kw)
+    assert sum(r.num_preemptions for r in own) > 0
+    for other in (b, c):
+        for k in a:
+            if a[k].dtype.kind == "f":
+                np.testing.assert_allclose(a[k], other[k], rtol=1e-12, atol=1e-12)
+            else:
+                assert np.array_equal(a[k], other[k]), k
+    for x, y, z in zip(own, shared, step, strict=True):
+        assert len(x.steps) == len(y.steps) == len(z.steps)
+        np.testing.assert_allclose(np.array(x.steps), np.array(y.steps), rtol=1e-12)
+        assert x.itl_counts == y.itl_counts == z.itl_counts
