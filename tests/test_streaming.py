@@ -195,11 +195,21 @@ def test_growth_buckets_hand_out_growth_in_key_then_id_order():
         elif op < 0.15 and members:
             d.remove(members[int(rng.integers(len(members)))])
         else:
-            due = d.pop_due_growth()
-            assert due == ref_pop()
+            expected = ref_pop()
+
+            def capacity(r):
+                return d.clock + r._dbase + 1 + (r.id * 7 + d.clock) % 19  # noqa: B023
+
+            if rng.random() < 0.5:
+                due = d.pop_due_growth()
+                for r in due:
+                    d.set_capacity(r, capacity(r))
+            else:  # the decode-run path: extend in place
+                due = []
+                assert d.grow_due(lambda r, due=due: due.append(r) or capacity(r))
+            assert due == expected
             multi += len(due) > 1
             for r in due:
-                d.set_capacity(r, d.clock + r._dbase + int(rng.integers(1, 20)))
                 ref_key[r.id] = r._grow_clock
                 heapq.heappush(ref, (r._grow_clock, r.id, r))
             for r in d.advance():
