@@ -8,15 +8,20 @@ caps a simulator at a few thousand requests per second. Instead, the set keeps o
     member.num_computed == clock + member._dbase          (always, while a member)
 
 and a decode step is ``clock += 1`` plus work only for the members that finish or need a new KV
-block on that step, found through two heaps keyed by the clock value at which that happens.
+block on that step, found by the clock value at which that happens: a heap for finishes, and
+for KV growth buckets (clock value -> members) with a heap of the bucket keys, because growth is
+the most frequent event (one per member per block) and members that joined at the same offset
+modulo the block size share a key.
 The sum of context lengths (what the latency model needs) is ``n * (clock + 1) + sum(_dbase)``,
 and the longest is ``clock + 1 + max(_dbase)``, kept by a third heap (a member's ``_dbase`` never
 changes while it is a member).
 
 Invariants:
 * every member has exactly one pending token (its last emitted token) and status RUNNING;
-* ``_fin_clock`` / ``_grow_clock`` on a member equal the keys of its live heap entries; stale
-  entries (member left, or key changed) are skipped when popped;
+* ``_fin_clock`` / ``_grow_clock`` on a member equal the keys of its live heap entry / bucket
+  entry; stale entries (member left, or key changed) are skipped when popped;
+* every key of ``_grow_at`` is in ``_grow_keys`` exactly once; growth is handed out in the order
+  (key, request id), as the single heap of (key, id, request) entries did;
 * ``sum_dbase == sum(m._dbase for m in members)``;
 * every member has an entry ``(-_dbase, id, req)`` in ``_longest``; entries of requests that
   left (or left and rejoined with another ``_dbase``) are stale and skipped when on top, and
@@ -26,13 +31,17 @@ Invariants:
 from __future__ import annotations
 
 import heapq
+from operator import attrgetter
 
 from simulator.request import Request
+
+_by_id = attrgetter("id")
 
 
 class DecodeSet:
     __slots__ = (
-        "clock", "members", "sum_dbase", "_fin", "_grow", "_longest", "joined", "last_step_end",
+        "clock", "members", "sum_dbase", "_fin", "_grow_at", "_grow_keys", "_longest", "joined",
+        "last_step_end",
     )  # fmt: skip
 
     def __init__(self):
@@ -40,7 +49,9 @@ class DecodeSet:
         self.members: dict[int, Request] = {}
         self.sum_dbase = 0
         self._fin: list[tuple[int, int, Request]] = []
-        self._grow: list[tuple[int, int, Request]] = []
+        #: clock value -> members due for KV growth at it (in push order; see _take_bucket)
+        self._grow_at: dict[int, list[Request]] = {}
+        self._grow_keys: list[int] = []  # heap of _grow_at's keys
         self._longest: list[tuple[int, int, Request]] = []
         #: members that joined since the last decode step (their previous token time differs)
         self.joined: list[Request] = []
@@ -94,8 +105,13 @@ class DecodeSet:
 
     def set_capacity(self, req: Request, capacity: int) -> None:
         """Record that ``req``'s KV covers ``capacity`` tokens; it needs more at that position."""
-        req._grow_clock = capacity - req._dbase
-        heapq.heappush(self._grow, (req._grow_clock, req.id, req))
+        key = req._grow_clock = capacity - req._dbase
+        bucket = self._grow_at.get(key)
+        if bucket is None:
+            self._grow_at[key] = [req]
+            heapq.heappush(self._grow_keys, key)
+        else:
+            bucket.append(req)
 
     # -- features of the next step -------------------------------------------------------------
     def decode_ctx(self) -> int:
@@ -112,34 +128,53 @@ class DecodeSet:
             heapq.heappop(heap)
         return 0
 
+    def _take_bucket(self, key: int) -> list[Request]:
+        """Remove bucket ``key`` (the smallest key); return its live entries in id order, each
+        marked taken (``_grow_clock = -1``, so a stale twin with the same key cannot match)."""
+        heapq.heappop(self._grow_keys)
+        bucket = self._grow_at.pop(key)
+        if len(bucket) > 1:
+            bucket.sort(key=_by_id)
+        live = []
+        for req in bucket:
+            if req._dset is self and req._grow_clock == key:
+                req._grow_clock = -1
+                live.append(req)
+        return live
+
     def pop_due_growth(self) -> list[Request]:
         """Members whose next decode step writes past their KV capacity (must allocate first)."""
-        heap, clock, due = self._grow, self.clock, []
-        while heap and heap[0][0] <= clock:
-            key, _, req = heapq.heappop(heap)
-            if req._dset is self and req._grow_clock == key:
-                req._grow_clock = -1  # a stale twin entry with the same key must not match
-                due.append(req)
+        keys, clock, due = self._grow_keys, self.clock, []
+        while keys and keys[0] <= clock:
+            due += self._take_bucket(keys[0])
         return due
 
     def grow_due(self, extend) -> bool:
         """Extend every member due for KV growth by one unit with ``extend(req) -> capacity``.
 
         The hot path of precomputed decode runs, whose KV bound guarantees success; returns False
-        at the first ``extend`` that fails (-1), leaving the rest due.
+        at the first ``extend`` that fails (-1), leaving it and the rest due.
         """
-        heap, clock = self._grow, self.clock
-        pop, push = heapq.heappop, heapq.heappush
-        while heap and heap[0][0] <= clock:
-            key, rid, req = pop(heap)
-            if req._dset is self and req._grow_clock == key:
-                cap = extend(req)
-                if cap < 0:
-                    push(heap, (key, rid, req))
-                    return False
-                req._grow_clock = cap - req._dbase
-                push(heap, (req._grow_clock, rid, req))
+        due = self.pop_due_growth()
+        set_capacity = self.set_capacity
+        for i, req in enumerate(due):
+            cap = extend(req)
+            if cap < 0:
+                for left in due[i:]:
+                    self._put_back(left)
+                return False
+            set_capacity(req, cap)
         return True
+
+    def _put_back(self, req: Request) -> None:
+        """Undo `_take_bucket` for ``req`` (its growth is still due at the current clock)."""
+        req._grow_clock = self.clock
+        bucket = self._grow_at.get(self.clock)
+        if bucket is None:
+            self._grow_at[self.clock] = [req]
+            heapq.heappush(self._grow_keys, self.clock)
+        else:
+            bucket.append(req)
 
     def next_finish_clock(self) -> int | None:
         """Clock value after the decode step on which the next member emits its last token."""
@@ -152,12 +187,13 @@ class DecodeSet:
         return None
 
     def next_growth_clock(self) -> int | None:
-        heap = self._grow
-        while heap:
-            key, _, req = heap[0]
-            if req._dset is self and req._grow_clock == key:
+        keys = self._grow_keys
+        while keys:
+            key = keys[0]
+            if any(r._dset is self and r._grow_clock == key for r in self._grow_at[key]):
                 return key
-            heapq.heappop(heap)
+            heapq.heappop(keys)
+            del self._grow_at[key]
         return None
 
     # -- advancing -----------------------------------------------------------------------------
@@ -166,8 +202,11 @@ class DecodeSet:
 
         Returns the members that emitted their last token (still members; caller removes them).
         """
-        self.clock += 1
-        clock, heap, done = self.clock, self._fin, []
+        self.clock = clock = self.clock + 1
+        heap = self._fin
+        if not heap or heap[0][0] > clock:
+            return []
+        done = []
         while heap and heap[0][0] <= clock:
             key, _, req = heapq.heappop(heap)
             if req._dset is self and req._fin_clock == key:

@@ -17,7 +17,10 @@ import math
 
 import numpy as np
 
+from simulator.steplog import NAMES as STEP_NAMES
+
 PCTS = (50, 90, 95, 99)
+_FLOAT_STEP_COLS = ("start_s", "duration_s", "prefill_attn")
 
 
 def dist(values) -> dict:
@@ -53,9 +56,8 @@ def weighted_dist(values, weights) -> dict:
 
 
 def request_table(requests, output_delay_s: float = 0.0) -> dict[str, np.ndarray]:
-    """Column arrays of per-request facts (NaN where undefined). ``output_delay_s`` is the
-    time from a token leaving the engine to reaching the client (a serving frontend's output
-    path): it moves every token time, so TTFT and E2E, not TPOT or ITL."""
+    """Column arrays of per-request facts (NaN where undefined); ``output_delay_s`` as in
+    `derived_request_columns`."""
     n = len(requests)
     nan = math.nan
     cols = {
@@ -86,10 +88,24 @@ def request_table(requests, output_delay_s: float = 0.0) -> dict[str, np.ndarray
         cols["replica"][i] = -1 if r.replica is None else r.replica
         status.append(r.status.name.lower())
         reason.append(r.reject_reason or "")
-    cols["first_token_s"] += output_delay_s
-    cols["finish_s"] += output_delay_s
+    return derived_request_columns(
+        cols, np.array(status, dtype=object), np.array(reason, dtype=object), output_delay_s
+    )
+
+
+def derived_request_columns(
+    cols: dict, status: np.ndarray, reason: np.ndarray, output_delay_s: float = 0.0
+) -> dict:
+    """Add TTFT, E2E, TPOT, queueing time, status and reject reason to the stored columns.
+
+    ``output_delay_s`` is the time from a token leaving the engine to reaching the client (a
+    serving frontend's output path): it moves every token time, so TTFT and E2E, not TPOT."""
+    nan = math.nan
+    if output_delay_s:
+        cols["first_token_s"] = cols["first_token_s"] + output_delay_s
+        cols["finish_s"] = cols["finish_s"] + output_delay_s
     arr = cols["arrival_s"]
-    done = np.array([s == "finished" for s in status], dtype=bool)
+    done = status == "finished"
     cols["ttft_s"] = cols["first_token_s"] - arr
     cols["e2e_s"] = np.where(done, cols["finish_s"] - arr, nan)
     out = cols["generated_tokens"]
@@ -98,8 +114,8 @@ def request_table(requests, output_delay_s: float = 0.0) -> dict[str, np.ndarray
             done & (out > 1), (cols["finish_s"] - cols["first_token_s"]) / (out - 1), nan
         )
     cols["queue_s"] = cols["first_scheduled_s"] - arr
-    cols["status"] = np.array(status, dtype=object)
-    cols["reject_reason"] = np.array(reason, dtype=object)
+    cols["status"] = status
+    cols["reject_reason"] = reason
     return cols
 
 
@@ -113,20 +129,24 @@ def slo_met(cols: dict, ttft_s: float | None, tpot_s: float | None) -> np.ndarra
     return ok
 
 
-def step_arrays(replicas) -> dict[str, np.ndarray]:
-    names = (
-        "start_s", "duration_s", "prefill_tokens", "prefill_attn", "prefill_seqs", "decode_seqs",
-        "decode_ctx", "kv_blocks_used", "num_waiting", "num_running", "kv_tokens",
-    )  # fmt: skip
-    rows = [row + (rep.index,) for rep in replicas for row in rep.steps]
-    if not rows:
-        return {k: np.zeros(0) for k in names + ("replica",)}
-    a = np.array(rows, dtype=float)
-    out = {k: a[:, i] for i, k in enumerate(names)}
-    out["replica"] = a[:, -1].astype(np.int64)
-    for k in names[2:]:
-        if k != "prefill_attn":
-            out[k] = out[k].astype(np.int64)
+def step_arrays(replicas, release: bool = False) -> dict[str, np.ndarray]:
+    """Column arrays of every replica's steps (replica 0's rows first), one contiguous array
+    per column: float64 for times and attention pairs, int64 for counts. ``release`` empties
+    the replicas' step logs chunk by chunk as their rows are copied (a long run's steps would
+    otherwise be held twice)."""
+    total = sum(len(rep.steps) for rep in replicas)
+    out = {k: np.empty(total, dtype=float if k in _FLOAT_STEP_COLS else np.int64)
+           for k in STEP_NAMES}  # fmt: skip
+    out["replica"] = np.empty(total, dtype=np.int64)
+    lo = 0
+    for rep in replicas:
+        for a in rep.steps.drain() if release else [rep.steps.array()]:
+            hi = lo + len(a)
+            for i, k in enumerate(STEP_NAMES):
+                out[k][lo:hi] = a[:, i]
+            out["replica"][lo:hi] = rep.index
+            lo = hi
+            del a
     return out
 
 
@@ -149,8 +169,10 @@ def summarize(
     first_arrival = float(cols["arrival_s"].min()) if n_arrived else 0.0
     duration = max(end_s - first_arrival, 1e-12)
     met = slo_met(cols, slo.get("ttft_s"), slo.get("tpot_s"))
-    gaps = [g for rep in replicas for g in rep.itl_gaps]
-    counts = [c for rep in replicas for c in rep.itl_counts]
+    gaps = np.concatenate([np.frombuffer(rep.itl_gaps, dtype=float) for rep in replicas] or [[]])
+    counts = np.concatenate(
+        [np.frombuffer(rep.itl_counts, dtype=np.int64) for rep in replicas] or [[]]
+    )
     in_tok = int(cols["input_tokens"][done].sum())
     out_tok = int(cols["generated_tokens"][done].sum())
     reasons: dict[str, int] = {}

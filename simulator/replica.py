@@ -20,6 +20,7 @@ cuts the run after the sub-step in progress. Results are therefore identical wit
 from __future__ import annotations
 
 import math
+from array import array
 from collections import deque
 from collections.abc import Callable
 
@@ -29,6 +30,7 @@ from simulator.decode import DecodeSet
 from simulator.executor import StepExecutor
 from simulator.plan import StepPlan
 from simulator.request import Request, Status
+from simulator.steplog import CHUNK, StepLog
 
 _MAX_RUN = 512  # longest precomputed decode run (bounds wasted work when a run is cut)
 
@@ -71,10 +73,11 @@ class Replica:
         # decode_seqs, decode_ctx, kv_blocks_used, num_waiting, num_running, kv_tokens
         # (kv_tokens: tokens in the cache at the step's end, counting the decode set and the
         # step's chunks; reserved-but-unused KV = kv_blocks_used * block_size - kv_tokens)
-        self.steps: list[tuple] = []
-        # inter-token gaps: gap seconds and how many tokens saw that gap
-        self.itl_gaps: list[float] = []
-        self.itl_counts: list[int] = []
+        self.steps = StepLog()
+        # inter-token gaps: gap seconds and how many tokens saw that gap (raw doubles/int64:
+        # one entry per decode step and per joiner, millions in a long run)
+        self.itl_gaps = array("d")
+        self.itl_counts = array("q")
         self._wake: simpy.Event | None = None
         self._run: list[tuple[float, float, int]] | None = None  # (start, duration, decode_ctx)
         self._run_next = 0
@@ -143,11 +146,11 @@ class Replica:
         run = self._run
         if run is None:
             return
-        now, i, last = self.env.now, self._run_next, len(run) - 1
-        while i <= last and run[i][0] + run[i][1] <= now:
-            self._commit_decode(run[i][0], run[i][1], run[i][2], grow_next=i < last)
+        now, i, n = self.env.now, self._run_next, len(run)
+        while i < n and run[i][0] + run[i][1] <= now:
             i += 1
-        self._run_next = i
+        if i > self._run_next:
+            self._commit_decodes(i)
 
     @property
     def num_outstanding(self) -> int:
@@ -156,7 +159,10 @@ class Replica:
     # -- the loop ---------------------------------------------------------------------------------
     def _loop(self):
         env = self.env
+        pending_steps = self.steps.rows
         while True:
+            if len(pending_steps) >= CHUNK:
+                self.steps.pack()
             plan: StepPlan = self.policy.schedule(self, env.now)
             if plan.is_idle:
                 yield from self._idle(plan)
@@ -176,9 +182,7 @@ class Replica:
                     break
                 except simpy.Interrupt:
                     continue  # the run was cut; wait for its new end
-            run, last = self._run, len(self._run) - 1
-            for i in range(self._run_next, last + 1):  # the rest has ended (up to float rounding)
-                self._commit_decode(run[i][0], run[i][1], run[i][2], grow_next=i < last)
+            self._commit_decodes(len(self._run))  # the rest has ended (up to float rounding)
             self._run = None
 
     def _idle(self, plan: StepPlan):
@@ -241,29 +245,36 @@ class Replica:
             if over >= 0:
                 self._emit(req, end, over + 1)
 
-    def _commit_decode(self, start: float, dt: float, ctx: int, grow_next: bool) -> None:
-        """Commit one precomputed decode sub-step; allocate growth for the next one if any."""
-        d = self.decoding
-        self.busy_s += dt
-        self.steps.append(
-            (start, dt, 0, 0.0, 0, len(d), ctx, self.kv.num_used_blocks, len(self.waiting),
-             len(self.running), ctx)
-        )  # fmt: skip
-        self._advance_decode(start + dt)
-        if grow_next and not d.grow_due(self.kv.extend):
-            raise AssertionError("decode run outgrew its KV bound")  # the bound is exact
+    def _commit_decodes(self, stop: int) -> None:
+        """Commit precomputed decode sub-steps ``_run_next .. stop - 1`` of the run, each as one
+        step row; after each but the run's last, allocate the KV growth of the next one (the
+        run's KV bound guarantees it fits)."""
+        d, kv, run, last = self.decoding, self.kv, self._run, len(self._run) - 1
+        log, waiting, running, members = self.steps.append, self.waiting, self.running, d.members
+        grow_due, extend, advance = d.grow_due, kv.extend, self._advance_decode
+        for i in range(self._run_next, stop):
+            start, dt, ctx = run[i]
+            self.busy_s += dt
+            log((start, dt, 0, 0.0, 0, len(members), ctx, kv.num_used_blocks, len(waiting),
+                 len(running), ctx))  # fmt: skip
+            advance(start + dt)
+            if i < last and not grow_due(extend):
+                raise AssertionError("decode run outgrew its KV bound")  # the bound is exact
+        self._run_next = stop
 
     def _advance_decode(self, end: float) -> None:
         d = self.decoding
         done = d.advance()
-        cont = len(d) - len(d.joined)
+        joined = d.joined
+        cont = len(d.members) - len(joined)
         if cont:
             self.itl_gaps.append(end - d.last_step_end)
             self.itl_counts.append(cont)
-        for req in d.joined:
-            self.itl_gaps.append(end - req.last_token_s)
-            self.itl_counts.append(1)
-        d.joined.clear()
+        if joined:
+            for req in joined:
+                self.itl_gaps.append(end - req.last_token_s)
+                self.itl_counts.append(1)
+            joined.clear()
         d.last_step_end = end
         for req in done:
             d.remove(req)
@@ -317,7 +328,7 @@ class Replica:
         fin = d.next_finish_clock()
         if fin is not None:
             k = min(k, fin - d.clock)
-        if n and k > 1:
+        if n and k > 1 and self.kv.growth_bound(n, k - 1) > self.kv.num_free_blocks:
             free = self.kv.num_free_blocks
             lo, hi = 1, k  # largest j in [1, k] with growth over steps 2..j within free blocks
             while lo < hi:

@@ -16,8 +16,9 @@ import json
 import math
 from pathlib import Path
 
-import pandas as pd
 import yaml
+
+from simulator.csvfast import write_csv
 
 REQUEST_COLUMNS = (
     "id", "arrival_s", "input_tokens", "output_tokens", "generated_tokens", "first_scheduled_s",
@@ -34,10 +35,9 @@ def write_config(out_dir: Path, resolved: dict) -> None:
 def write_results(out_dir: Path, results, write_steps: bool = True) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     write_config(out_dir, results.resolved)
-    req = pd.DataFrame({k: results.requests[k] for k in REQUEST_COLUMNS})
-    req.to_csv(out_dir / "requests.csv", index=False, float_format="%.9g")
+    write_csv(out_dir / "requests.csv", {k: results.requests[k] for k in REQUEST_COLUMNS})
     if write_steps:
-        pd.DataFrame(results.steps).to_csv(out_dir / "steps.csv", index=False, float_format="%.9g")
+        write_csv(out_dir / "steps.csv", results.steps)
     (out_dir / "summary.json").write_text(json.dumps(_plain(results.summary), indent=2) + "\n")
     (out_dir / "timing.json").write_text(json.dumps({"simulate_wall_s": results.wall_s}) + "\n")
 

@@ -26,11 +26,11 @@ from simulator.errors import ConfigError
 from simulator.executor import SimulatedExecutor
 from simulator.hardware import GPUSpec, load_gpu
 from simulator.latency.select import build_latency
-from simulator.metrics import request_table, step_arrays, summarize
+from simulator.metrics import step_arrays, summarize
 from simulator.models import ModelSpec, load_model
 from simulator.replica import Replica
 from workloads.build import build_workload
-from workloads.spec import Workload
+from workloads.spec import RequestColumns, Workload
 
 
 @dataclass
@@ -204,8 +204,9 @@ def simulate(built: Built, executor_factory=None) -> Results:
     env = simpy.Environment()
     frontend = getattr(built.latency, "frontend", None)
     cluster = Cluster(
-        env, built.workload.requests, built.router, frontend.input_s if frontend else None
-    )
+        env, built.workload.requests, built.router, keep_requests=False,
+        input_delay=frontend.input_s if frontend else None,
+    )  # fmt: skip
     replicas = built.make_replicas(env, cluster, executor_factory)
     cluster.start()
     if built.horizon_s is not None:
@@ -216,14 +217,14 @@ def simulate(built: Built, executor_factory=None) -> Results:
     else:
         env.run()
         end_s = env.now
-    cols = request_table(cluster.requests, frontend.output_s if frontend else 0.0)
-    steps = step_arrays(replicas)
+    cols = cluster.log.table(frontend.output_s if frontend else 0.0)
+    steps = step_arrays(replicas, release=True)
     summary = summarize(
         cols, steps, replicas, slo=built.slo, model=built.model, gpu=built.gpu, tp=built.tp,
         end_s=end_s, price_per_gpu_hour=built.price_per_gpu_hour,
     )  # fmt: skip
-    summary["requests"]["not_arrived_by_horizon"] = len(built.workload.requests) - len(
-        cluster.requests
+    summary["requests"]["not_arrived_by_horizon"] = (
+        len(built.workload.requests) - cluster.num_arrived
     )
     summary["requests"]["cut_by_workload_limits"] = dict(built.workload.cuts)
     summary["workload"] = built.workload.info
@@ -256,21 +257,24 @@ def _check_fits(workload, max_model_len, capacity_tokens, on_oversize, where) ->
     if on_oversize != "error":
         return
     limit = min(max_model_len, capacity_tokens)
-    for i, r in enumerate(workload.requests):
-        total = r.num_prompt_tokens + r.num_output_tokens
-        if total > limit:
-            what = (
-                f"max_model_len {max_model_len}"
-                if total > max_model_len
-                else f"the KV cache ({capacity_tokens} tokens per replica)"
-            )
-            raise ConfigError(
-                where,
-                "workload",
-                f"request {i} needs {total} tokens (prompt {r.num_prompt_tokens} + output "
-                f"{r.num_output_tokens}), more than {what}; set workload.limits.max_total_tokens "
-                "to cut such requests, or kv_cache.on_oversize: reject",
-            )
+    cols = RequestColumns.of(workload.requests)
+    over = np.flatnonzero(cols.num_prompt_tokens + cols.num_output_tokens > limit)
+    if over.size:
+        i = int(over[0])
+        prompt, output = int(cols.num_prompt_tokens[i]), int(cols.num_output_tokens[i])
+        total = prompt + output
+        what = (
+            f"max_model_len {max_model_len}"
+            if total > max_model_len
+            else f"the KV cache ({capacity_tokens} tokens per replica)"
+        )
+        raise ConfigError(
+            where,
+            "workload",
+            f"request {i} needs {total} tokens (prompt {prompt} + output "
+            f"{output}), more than {what}; set workload.limits.max_total_tokens "
+            "to cut such requests, or kv_cache.on_oversize: reject",
+        )
 
 
 def policy_summary(replicas) -> dict:

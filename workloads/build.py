@@ -40,7 +40,7 @@ from workloads.lengths import LengthDist, parse_length_dist
 from workloads.limits import Limits, apply_limits, parse_limits
 from workloads.loaders import FORMATS, Trace, TraceFormatError, load_trace
 from workloads.paths import resolve_file
-from workloads.spec import RequestSpec, Workload
+from workloads.spec import RequestColumns, Workload
 
 # A cap on generated requests, so that a typo (rate 1e6 for a day) fails fast instead of
 # exhausting memory.
@@ -159,9 +159,8 @@ def build_workload(sec: Section, rng: np.random.Generator, base_dir: Path) -> Wo
             sec.where, sec.path, f"no requests are left after the limits (cut: {cuts})"
         )
     times, prompt, output = times[index], prompt[index], output[index]
-    hash_list = [hashes[i] for i in index] if hashes is not None else [None] * len(index)
-    columns = (times.tolist(), prompt.tolist(), output.tolist(), hash_list)
-    requests = [RequestSpec(t, p, o, h) for t, p, o, h in zip(*columns, strict=True)]
+    hash_list = [hashes[i] for i in index.tolist()] if hashes is not None else None
+    requests = RequestColumns(times, prompt, output, hash_list)
     if np.any(np.diff(times) < 0) or prompt.min() < 1 or output.min() < 1:
         raise AssertionError("workload invariant broken: unsorted arrivals or a length < 1")
 

@@ -1,0 +1,92 @@
+"""Per-request records kept as columns while the run goes on.
+
+Why: a `Request` object with its floats costs ~500 bytes, and the runner used to keep every one
+until the end to build ``requests.csv``. The log keeps only requests still in the system; once a
+request is finished or rejected its facts never change, so a sweep copies them into preallocated
+numpy columns and lets the object go (~70 bytes a request).
+
+Invariants: request ids are arrival indices ``0..n-1`` (the cluster numbers them so); every
+arrived request is in ``_live`` or has been stored, never both; a stored request was FINISHED
+or REJECTED when stored. Sweeps run when ``_live`` has doubled since the last one, so their cost
+is amortized O(1) a request. `table()` gives exactly the columns `metrics.request_table` gives
+for the list of the same requests (tests/test_streaming.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.metrics import derived_request_columns
+from simulator.request import Request, Status
+
+_STATUS_NAMES = np.array([s.name.lower() for s in Status], dtype=object)
+_FLOATS = ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s")
+_INTS = ("input_tokens", "output_tokens", "generated_tokens", "preemptions", "cached_tokens",
+         "replica")  # fmt: skip
+
+
+class RequestLog:
+    def __init__(self, capacity: int):
+        self.num_arrived = 0
+        self._live: dict[int, Request] = {}
+        self._sweep_at = 1024
+        self._cols = {k: np.full(capacity, np.nan) for k in _FLOATS}
+        self._cols.update({k: np.zeros(capacity, dtype=np.int64) for k in _INTS})
+        self._status = np.zeros(capacity, dtype=np.int8)
+        self._reasons: dict[int, str] = {}
+
+    def add(self, req: Request) -> None:
+        """Record an arrival (``req.id`` must be the number of requests added before it)."""
+        self._live[req.id] = req
+        self.num_arrived += 1
+        if len(self._live) >= self._sweep_at:
+            self._sweep()
+
+    def _sweep(self) -> None:
+        done = [r for r in self._live.values() if r.status >= Status.FINISHED]
+        self._store(done)
+        live = self._live
+        for r in done:
+            del live[r.id]
+        self._sweep_at = max(1024, 2 * len(live))
+
+    def _store(self, reqs: list[Request]) -> None:
+        """Copy the facts of ``reqs`` into the columns at their ids."""
+        if not reqs:
+            return
+        ids = np.fromiter((r.id for r in reqs), dtype=np.int64, count=len(reqs))
+        c = self._cols
+        c["arrival_s"][ids] = [r.arrival_s for r in reqs]
+        c["first_scheduled_s"][ids] = np.array([r.first_scheduled_s for r in reqs], dtype=float)
+        c["first_token_s"][ids] = np.array([r.first_token_s for r in reqs], dtype=float)
+        c["finish_s"][ids] = np.array([r.finish_s for r in reqs], dtype=float)
+        c["input_tokens"][ids] = [r.num_prompt_tokens for r in reqs]
+        c["output_tokens"][ids] = [r.max_output_tokens for r in reqs]
+        c["generated_tokens"][ids] = [r.num_output for r in reqs]
+        c["preemptions"][ids] = [r.num_preemptions for r in reqs]
+        c["cached_tokens"][ids] = [r.num_cached_tokens for r in reqs]
+        c["replica"][ids] = [-1 if r.replica is None else r.replica for r in reqs]
+        self._status[ids] = [int(r.status) for r in reqs]
+        for r in reqs:
+            if r.reject_reason:
+                self._reasons[r.id] = r.reject_reason
+
+    def table(self, output_delay_s: float = 0.0) -> dict[str, np.ndarray]:
+        """The columns of `metrics.request_table` for every arrived request, in id order
+        (``output_delay_s``: `metrics.derived_request_columns`).
+
+        Stores the requests still in the system as they are now (call it once, at the end).
+        """
+        self._store(list(self._live.values()))
+        self._live = {}
+        n = self.num_arrived
+        cols = {"id": np.arange(n, dtype=np.int64)}
+        for k in ("arrival_s", "input_tokens", "output_tokens", "generated_tokens",
+                  "first_scheduled_s", "first_token_s", "finish_s", "preemptions",
+                  "cached_tokens", "replica"):  # fmt: skip
+            cols[k] = self._cols.pop(k)[:n].copy()
+        status = _STATUS_NAMES[self._status[:n]]
+        reason = np.full(n, "", dtype=object)
+        for i, text in self._reasons.items():
+            reason[i] = text
+        return derived_request_columns(cols, status, reason, output_delay_s)

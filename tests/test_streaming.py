@@ -1,0 +1,246 @@
+"""The memory- and time-saving output paths give exactly what the old ones gave.
+
+* `simulator.csvfast` writes the bytes ``pandas.DataFrame.to_csv(index=False,
+  float_format="%.9g")`` wrote (the old `write_results`);
+* `simulator.steplog.StepLog` gives back the rows a list of tuples held, and `step_arrays`
+  the columns it built from ``np.array(rows, dtype=float)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from simulator import csvfast
+from simulator.metrics import step_arrays
+from simulator.steplog import NAMES, StepLog
+
+
+def _pandas_csv(cols: dict, path) -> bytes:
+    pd.DataFrame(cols).to_csv(path, index=False, float_format="%.9g")
+    return path.read_bytes()
+
+
+def test_csv_matches_pandas(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    n = 1000
+    f = rng.exponential(size=n) * 10.0 ** rng.integers(-12, 12, size=n)
+    f[::7] = np.nan
+    f[3] = np.inf
+    f[5] = -0.0
+    cols = {
+        "id": np.arange(n, dtype=np.int64),
+        "t": f,
+        "whole": np.round(rng.normal(size=n) * 1e6),
+        "neg": -rng.integers(0, 2**40, size=n),
+        "status": np.array(["finished", "rejected", "waiting"] * 333 + ["running"], dtype=object),
+        "reason": np.array(["", 'a "quoted", reason', "line\nbreak", "x > 5"] * 250, dtype=object),
+    }
+    monkeypatch.setattr(csvfast, "CHUNK_ROWS", 97)  # several chunks, a short last one
+    csvfast.write_csv(tmp_path / "fast.csv", cols)
+    assert (tmp_path / "fast.csv").read_bytes() == _pandas_csv(cols, tmp_path / "pd.csv")
+
+
+def test_csv_empty_matches_pandas(tmp_path):
+    cols = {k: np.zeros(0) for k in ("a", "b")}
+    csvfast.write_csv(tmp_path / "fast.csv", cols)
+    assert (tmp_path / "fast.csv").read_bytes() == _pandas_csv(cols, tmp_path / "pd.csv")
+
+
+class _Rep:
+    def __init__(self, index, rows):
+        self.index = index
+        self.steps = StepLog()
+        for i, r in enumerate(rows):
+            self.steps.append(r)
+            if i % 5 == 4:
+                self.steps.pack()  # chunks of several sizes plus pending rows
+
+
+def _old_step_arrays(rows_by_rep):
+    """`metrics.step_arrays` as it was: one float array of tuples, then int columns cast."""
+    rows = [row + (i,) for i, rows in enumerate(rows_by_rep) for row in rows]
+    a = np.array(rows, dtype=float)
+    out = {k: a[:, i] for i, k in enumerate(NAMES)}
+    out["replica"] = a[:, -1].astype(np.int64)
+    for k in NAMES[2:]:
+        if k != "prefill_attn":
+            out[k] = out[k].astype(np.int64)
+    return out
+
+
+def test_step_log_and_arrays_equal_the_tuple_list():
+    rng = np.random.default_rng(1)
+    rows_by_rep = [
+        [
+            (float(rng.random()), float(rng.random()) / 3, int(rng.integers(0, 9000)),
+             float(rng.random() * 1e7), 1, int(rng.integers(0, 256)), int(rng.integers(0, 2**40)),
+             7, 0, 3, 12345)
+            for _ in range(n)
+        ]
+        for n in (23, 0, 11)
+    ]  # fmt: skip
+    reps = [_Rep(i, rows) for i, rows in enumerate(rows_by_rep)]
+    assert [list(r.steps) for r in reps] == [
+        [tuple(float(v) for v in row) for row in rows] for rows in rows_by_rep
+    ]
+    assert reps[0].steps[4] == tuple(float(v) for v in rows_by_rep[0][4])
+    assert len(reps[2].steps) == 11
+    new, old = step_arrays(reps, release=True), _old_step_arrays(rows_by_rep)
+    assert list(new) == list(old)
+    for k in old:
+        assert new[k].dtype == old[k].dtype and np.array_equal(new[k], old[k]), k
+        assert new[k].sum() == old[k].sum(), k  # contiguous vs strided: same float sums
+    assert all(len(r.steps) == 0 for r in reps)
+
+
+def _run_cluster(config_overrides, until=None):
+    """Run the policy kit's cluster on a small mixed workload; return (cluster, replicas)."""
+    import simpy
+
+    from policies.routing import ROUTERS
+    from simulator.cfg import Section
+    from simulator.cluster import Cluster
+    from simulator.kv.paged import PagedAllocator
+    from simulator.latency.constant import ConstantLatencyModel
+    from tests.policy_kit import engine_facts, make_engine
+    from workloads.spec import RequestSpec
+
+    rng = np.random.default_rng(3)
+    specs = [
+        RequestSpec(float(t), int(p), int(o))
+        for t, p, o in zip(
+            np.cumsum(rng.exponential(0.01, 3000)), rng.integers(1, 1200, 3000),
+            rng.integers(1, 300, 3000), strict=True,
+        )
+    ]  # fmt: skip
+    specs[7] = RequestSpec(specs[7].arrival_s, 9000, 10)  # rejected: longer than max_model_len
+    env = simpy.Environment()
+    cluster = Cluster(env, specs, ROUTERS["least_outstanding"](Section({}, "t.yaml")))
+    for i in range(2):
+        rep = make_engine(
+            env, i, "continuous", config_overrides, latency=ConstantLatencyModel(0.02),
+            kv=PagedAllocator(400, 16), coalesce=True, engine=engine_facts(400, 16, 8192, seed=i),
+        )  # fmt: skip
+        cluster.add_replica(rep)
+    cluster.start()
+    env.run(until=until)
+    for rep in cluster.replicas:
+        rep.sync()
+    return cluster
+
+
+def test_request_log_equals_the_request_table():
+    """The columnar log (finished requests dropped on the way) gives the old table exactly,
+    with preemptions, a rejection, and requests still waiting and running at a horizon."""
+    from simulator.metrics import request_table
+
+    for until in (None, 60.0):
+        cluster = _run_cluster({"max_num_seqs": 64}, until=until)
+        old = request_table(cluster.requests)
+        new = cluster.log.table()
+        assert list(new) == list(old)
+        for k in old:
+            assert new[k].dtype == old[k].dtype, k
+            assert np.array_equal(new[k], old[k], equal_nan=new[k].dtype.kind == "f"), k
+        assert (old["status"] == "rejected").sum() == 1 and old["preemptions"].sum() > 0
+        if until is not None:
+            assert (old["status"] == "waiting").any() and (old["status"] == "running").any()
+
+
+def test_request_columns_read_as_request_specs():
+    from workloads.spec import RequestColumns, RequestSpec
+
+    rows = [RequestSpec(0.5, 10, 3, (1, 2)), RequestSpec(1.0, 7, 1, ())]
+    cols = RequestColumns.of(rows)
+    assert cols == rows and list(cols) == rows and cols[1] == rows[1] and len(cols) == 2
+    assert type(cols[0].arrival_s) is float and type(next(iter(cols)).num_prompt_tokens) is int
+
+
+def test_growth_buckets_hand_out_growth_in_key_then_id_order():
+    """DecodeSet's growth buckets give the due members in the order of the (key, id) heap they
+    replaced, across joins, leaves, rejoins at the same key, and keys left behind."""
+    import heapq
+
+    from simulator.decode import DecodeSet
+    from simulator.request import Request
+
+    rng = np.random.default_rng(5)
+    d = DecodeSet()
+    ref: list = []  # the old heap: (key, id, req), with the same staleness rules
+    reqs = [Request(i, 0.0, int(rng.integers(1, 50)), 10_000) for i in range(40)]
+    ref_key = {}  # request id -> key of its live entry in ref
+
+    def ref_pop():
+        due = []
+        while ref and ref[0][0] <= d.clock:
+            key, _, r = heapq.heappop(ref)
+            if r._dset is d and ref_key[r.id] == key:
+                ref_key[r.id] = -1
+                due.append(r)
+        return due
+
+    multi = 0
+    for _ in range(3000):
+        op = rng.random()
+        members = list(d)
+        if op < 0.1 and len(members) < 30:
+            r = reqs[int(rng.integers(len(reqs)))]
+            if r._dset is None:
+                r._num_computed = r.num_tokens - 1
+                cap = r._num_computed + int(rng.integers(0, 20))
+                d.add(r, cap)
+                ref_key[r.id] = r._grow_clock
+                heapq.heappush(ref, (r._grow_clock, r.id, r))
+        elif op < 0.15 and members:
+            d.remove(members[int(rng.integers(len(members)))])
+        else:
+            expected = ref_pop()
+
+            def capacity(r):
+                return d.clock + r._dbase + 1 + (r.id * 7 + d.clock) % 19  # noqa: B023
+
+            if rng.random() < 0.5:
+                due = d.pop_due_growth()
+                for r in due:
+                    d.set_capacity(r, capacity(r))
+            else:  # the decode-run path: extend in place
+                due = []
+                assert d.grow_due(lambda r, due=due: due.append(r) or capacity(r))
+            assert due == expected
+            multi += len(due) > 1
+            for r in due:
+                ref_key[r.id] = r._grow_clock
+                heapq.heappush(ref, (r._grow_clock, r.id, r))
+            for r in d.advance():
+                d.remove(r)
+    assert multi > 50
+
+
+def test_round_robin_horizon_changes_nothing(monkeypatch):
+    """Each replica's decode runs bounded by its own next round-robin arrival give the results
+    of runs bounded by the cluster's next arrival and of step-by-step execution: the same
+    steps, counts and preemptions, and the same times up to SimPy's rounding of a run's end
+    (``now + (end - now)`` is exact once ``now >= end / 2``; DESIGN.md, decode runs)."""
+    from simulator.cluster import Cluster
+    from tests.helpers import LinearLatency
+    from tests.policy_kit import run
+    from tests.test_core_physics import poisson_specs
+
+    specs = poisson_specs(1500, 60.0, (20, 800), None, seed=11, output_range=(1, 300))
+    kw = dict(latency=LinearLatency(), num_blocks=300, replicas=4)
+    _, own, a = run(specs, **kw)
+    _, step, c = run(specs, coalesce=False, **kw)
+    monkeypatch.setattr(Cluster, "_next_arrival_for", lambda self, position: self.next_arrival_s)
+    _, shared, b = run(specs, **kw)
+    assert sum(r.num_preemptions for r in own) > 0
+    for other in (b, c):
+        for k in a:
+            if a[k].dtype.kind == "f":
+                np.testing.assert_allclose(a[k], other[k], rtol=1e-12, atol=1e-12)
+            else:
+                assert np.array_equal(a[k], other[k]), k
+    for x, y, z in zip(own, shared, step, strict=True):
+        assert len(x.steps) == len(y.steps) == len(z.steps)
+        np.testing.assert_allclose(np.array(x.steps), np.array(y.steps), rtol=1e-12)
+        assert x.itl_counts == y.itl_counts == z.itl_counts
