@@ -19,6 +19,7 @@ exact; the shipped traces load in tens of milliseconds.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from dataclasses import dataclass, replace
@@ -28,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from simulator.errors import ConfigError
+from simulator.files import read_text
 
 FORMATS = ("azure", "mooncake", "lengths", "vidur")
 MOONCAKE_BLOCK_SIZE = 512
@@ -404,11 +406,15 @@ def _hash_tuples(
     raise AssertionError("unreachable: the fast path failed, so some row is bad")
 
 
-def _open(path: Path):
+def _open(path: Path) -> io.StringIO:
+    """The file's text (UTF-8, BOM dropped, line ends kept for the csv module); a missing,
+    unreadable, binary or non-UTF-8 file is a TraceFormatError naming it."""
     try:
-        return open(path, encoding="utf-8-sig", newline="")
-    except OSError as exc:
-        raise TraceFormatError(path, f"cannot read the file ({exc.strerror})") from None
+        text = read_text(path, "trace file")
+    except ConfigError as exc:
+        detail = f"{exc.key}: {exc.message}" if exc.key else exc.message
+        raise TraceFormatError(path, detail) from None
+    return io.StringIO(text, newline="")
 
 
 def _show(value) -> str:
