@@ -13,10 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from simulator.errors import ConfigError
-from simulator.files import load_yaml_file
+from simulator.files import load_yaml_file, parse_yaml
 
 TOP_LEVEL = (
     "name", "description", "seed", "model", "hardware", "scheduler", "kv_cache", "latency",
@@ -48,9 +46,11 @@ def apply_overrides(config: dict, overrides: list[str], where: str = "--set") ->
         if not all(parts):
             raise ConfigError(where, key, "expected a dotted key path like scheduler.max_num_seqs")
         try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError:
-            value = text
+            value = parse_yaml(text, f"{where} {item}")
+        except ConfigError as e:
+            if "not valid YAML" not in e.message:
+                raise
+            value = text  # not YAML: the text itself (a string value needs no quotes)
         node: Any = out
         for i, part in enumerate(parts[:-1]):
             nxt = node.get(part)

@@ -53,7 +53,7 @@ def parse_yaml(text: str, where: str) -> Any:
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         if node is not None:
-            _check_duplicates(node, where, "")
+            _check_duplicates(node, where, "", {})
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
@@ -66,8 +66,22 @@ def load_yaml_file(path: str | Path, what: str = "YAML file") -> Any:
     return parse_yaml(read_text(path, what), str(path))
 
 
-def _check_duplicates(node: yaml.Node, where: str, path: str) -> None:
-    """Walk a composed YAML tree; a key repeated in one mapping raises, naming both lines."""
+def _check_duplicates(node: yaml.Node, where: str, path: str, open_nodes: dict) -> None:
+    """Walk a composed YAML tree; a key repeated in one mapping raises, naming both lines, and
+    so does an alias inside the node it names (``&a [*a]``: a value that contains itself,
+    which no reader can walk)."""
+    state = open_nodes.get(id(node))  # None: not seen; "open": on the path here; "done"
+    if state == "open":
+        line = node.start_mark.line + 1
+        raise ConfigError(where, path or "<top>", f"the value (line {line}) contains itself "
+                          "through a YAML alias")  # fmt: skip
+    if isinstance(node, yaml.CollectionNode) and state is None:  # "done": checked already
+        open_nodes[id(node)] = "open"
+        _check_children(node, where, path, open_nodes)
+        open_nodes[id(node)] = "done"
+
+
+def _check_children(node: yaml.CollectionNode, where: str, path: str, open_nodes: dict) -> None:
     if isinstance(node, yaml.MappingNode):
         seen: dict[str, int] = {}
         for key_node, value_node in node.value:
@@ -84,10 +98,11 @@ def _check_duplicates(node: yaml.Node, where: str, path: str) -> None:
                     )
                 seen[key] = line
             child = f"{path}.{key}" if path and key else (key or path)
-            _check_duplicates(value_node, where, child)
-    elif isinstance(node, yaml.SequenceNode):
+            _check_duplicates(key_node, where, path, open_nodes)
+            _check_duplicates(value_node, where, child, open_nodes)
+    else:
         for i, item in enumerate(node.value):
-            _check_duplicates(item, where, f"{path}[{i}]")
+            _check_duplicates(item, where, f"{path}[{i}]", open_nodes)
 
 
 def check_out_dir(path: str | Path, option: str = "--out") -> Path:
