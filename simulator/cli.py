@@ -24,7 +24,7 @@ def cmd_run(args) -> int:
     from simulator.config import apply_overrides, blame_overrides, load_yaml
     from simulator.files import check_out_dir
     from simulator.results import format_summary, write_config, write_results
-    from simulator.runner import build, simulate
+    from simulator.runner import build
 
     path = Path(args.file)
     if args.out:
@@ -46,12 +46,26 @@ def cmd_run(args) -> int:
         raise
     out = check_out_dir(args.out or Path("results") / built.name / f"seed{built.seed}")
     write_config(out, built.resolved)
-    results = simulate(built)
+    results = _simulate_with_progress(built, args.quiet)
     write_results(out, results, write_steps=not args.no_steps)
     if not args.quiet:
         print(format_summary(results.summary, built.name))
         print(f"results: {out}  (simulated in {results.wall_s:.2f} s)")
     return 0
+
+
+def _simulate_with_progress(built, quiet: bool):
+    """Simulate; on a terminal (not --quiet, not CI) with a live progress line on stderr."""
+    from simulator.progress import RunProgress, wanted
+    from simulator.runner import simulate
+
+    if not wanted(quiet):
+        return simulate(built)
+    bar = RunProgress(len(built.workload.requests))
+    try:
+        return simulate(built, progress=bar)
+    finally:
+        bar.close()
 
 
 def _write_failed(out: Path, config: dict, error: ConfigError) -> None:
