@@ -21,7 +21,7 @@ from simulator import latency as _latency  # noqa: F401  (package init)
 from simulator.cfg import Section
 from simulator.cluster import Cluster
 from simulator.config import TOP_LEVEL
-from simulator.engine import EngineSpec, mark_all_used
+from simulator.engine import MAX_REPLICAS, EngineSpec, mark_all_used
 from simulator.errors import ConfigError
 from simulator.executor import SimulatedExecutor
 from simulator.hardware import GPUSpec, load_gpu
@@ -121,7 +121,7 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
         num_blocks = min(disagg.prefill.num_blocks, disagg.decode.num_blocks)
         block_size = disagg.prefill.block_size
     else:
-        num_replicas = cl.int("replicas", 1, min=1)
+        num_replicas = cl.int("replicas", 1, min=1, max=MAX_REPLICAS)
     cl.done()
     kvs.done()
 
