@@ -27,7 +27,7 @@ from pathlib import Path
 from simulator.collect import MAIN_METRICS, direction, headline, read_json
 from simulator.config import load_yaml
 from simulator.errors import ConfigError
-from simulator.files import load_yaml_file
+from simulator.files import check_out_dir, load_yaml_file
 from simulator.sweep import Task, expand, point_config, run_task
 
 DEFAULT_TOLERANCE = {"rel": 0.05, "abs": 0.0}
@@ -174,6 +174,8 @@ def find_experiments(folder: Path, only: list[str] | None = None) -> list[Path]:
 def regress_cli(args) -> int:
     t0 = time.monotonic()
     base_dir = Path(args.baseline)
+    if args.update:  # the baselines are written after every run: check the folder first
+        check_out_dir(base_dir, "--baseline")
     tol_file = Path(args.tolerance_file) if args.tolerance_file else base_dir / "tolerances.yaml"
     default, per = load_tolerances(tol_file if tol_file.is_file() or args.tolerance_file else None)
     exps = find_experiments(Path(args.experiments), args.only)
