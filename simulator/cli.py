@@ -100,6 +100,10 @@ def cmd_sweep(args) -> int:
     print(f"sweep: {len(index)} runs, {len(failed)} failed; index: {out / 'index.csv'}")
     for _, row in failed.iterrows():
         print(f"  failed {row['folder']}: {row['error']}")
+    errors = set(failed["error"])
+    if len(failed) == len(index) and len(errors) == 1:  # the experiment itself is bad
+        print(f"servesim: error: every run failed the same way: {errors.pop()}", file=sys.stderr)
+        return 2
     return 1 if len(failed) else 0
 
 
