@@ -159,7 +159,12 @@ def cmd_validate(argv: list[str]) -> int:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="servesim", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="servesim",
+        description="Discrete-event simulator of LLM serving. `servesim COMMAND --help` lists "
+        "a command's options.",
+        epilog="A bad input (file, key or option) is one line on stderr naming it, exit code 2.",
+    )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = sub.add_parser("run", help="simulate one experiment YAML")
     run.add_argument("file", help="experiment YAML (see README: one section per concern)")
@@ -180,22 +185,7 @@ def make_parser() -> argparse.ArgumentParser:
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
     sw.set_defaults(func=cmd_sweep)
 
-    pl = sub.add_parser("plot", help="plot saved results (a sweep folder or a run folder)")
-    pl.add_argument("results", help="a sweep folder (with index.csv) or one run folder")
-    pl.add_argument("--out", help="folder for the figures (default RESULTS/plots)")
-    pl.add_argument("--at", type=positive_float, help="rate of the CDF plots (default: middle)")
-    pl.add_argument("--run", help="run folder for the time-series plot (default: highest rate)")
-    pl.set_defaults(func=cmd_plot)
-
-    cp = sub.add_parser("compare", help="side-by-side metrics of two runs (or seed sets)")
-    cp.add_argument("a", help="first run folder, seed set (seedN/ folders) or sweep folder")
-    cp.add_argument("b", help="second one, compared against the first")
-    cp.add_argument("--resamples", type=positive_int, default=10000,
-                    help="bootstrap resamples (>= 1, default 10000)")  # fmt: skip
-    cp.add_argument("--level", type=fraction_open, default=0.95,
-                    help="confidence level, in (0, 1) (default 0.95)")  # fmt: skip
-    cp.add_argument("--seed", type=nonnegative_int, default=0, help="bootstrap seed (>= 0)")
-    cp.set_defaults(func=cmd_compare)
+    _results_parsers(sub)
     _capacity_parser(sub)
 
     tl = sub.add_parser("timeline", help="export a run as a Chrome/Perfetto trace JSON")
@@ -222,6 +212,26 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 SET_HELP = "override a key of the YAML, value parsed as YAML (repeatable)"
+
+
+def _results_parsers(sub) -> None:
+    """Subcommands that read saved results: plot and compare."""
+    pl = sub.add_parser("plot", help="plot saved results (a sweep folder or a run folder)")
+    pl.add_argument("results", help="a sweep folder (with index.csv) or one run folder")
+    pl.add_argument("--out", help="folder for the figures (default RESULTS/plots)")
+    pl.add_argument("--at", type=positive_float, help="rate of the CDF plots (default: middle)")
+    pl.add_argument("--run", help="run folder for the time-series plot (default: highest rate)")
+    pl.set_defaults(func=cmd_plot)
+
+    cp = sub.add_parser("compare", help="side-by-side metrics of two runs (or seed sets)")
+    cp.add_argument("a", help="first run folder, seed set (seedN/ folders) or sweep folder")
+    cp.add_argument("b", help="second one, compared against the first")
+    cp.add_argument("--resamples", type=positive_int, default=10000,
+                    help="bootstrap resamples (>= 1, default 10000)")  # fmt: skip
+    cp.add_argument("--level", type=fraction_open, default=0.95,
+                    help="confidence level, in (0, 1) (default 0.95)")  # fmt: skip
+    cp.add_argument("--seed", type=nonnegative_int, default=0, help="bootstrap seed (>= 0)")
+    cp.set_defaults(func=cmd_compare)
 
 
 def _capacity_parser(sub) -> None:
