@@ -21,7 +21,7 @@ from simulator.errors import ConfigError
 
 
 def cmd_run(args) -> int:
-    from simulator.config import apply_overrides, blame_overrides, load_yaml
+    from simulator.config import apply_overrides, blame_overrides, folder_name, load_yaml
     from simulator.files import check_out_dir
     from simulator.results import format_summary, write_config, write_results
     from simulator.runner import build
@@ -37,7 +37,7 @@ def cmd_run(args) -> int:
             file=sys.stderr,
         )
     config = {k: v for k, v in config.items() if k not in ("sweep", "seeds", "regress")}
-    name = config.get("name") if isinstance(config.get("name"), str) else path.stem
+    name = folder_name(config, path.stem)
     try:
         with blame_overrides(str(path), args.set):
             built = build(config, str(path), path.parent, seed=args.seed)
@@ -81,7 +81,7 @@ def _write_failed(out: Path, config: dict, error: ConfigError) -> None:
 
 
 def cmd_sweep(args) -> int:
-    from simulator.config import apply_overrides, blame_overrides, load_yaml
+    from simulator.config import apply_overrides, blame_overrides, folder_name, load_yaml
     from simulator.files import check_out_dir
     from simulator.sweeprun import run_sweep
 
@@ -89,12 +89,12 @@ def cmd_sweep(args) -> int:
     if args.out:
         check_out_dir(args.out)
     config = apply_overrides(load_yaml(path), args.set or [])
-    name = config.get("name") if isinstance(config.get("name"), str) else path.stem
+    name = folder_name(config, path.stem)
     out = check_out_dir(args.out or Path("results") / name)
     with blame_overrides(str(path), args.set):
         index = run_sweep(
             config, str(path), path.parent, out, jobs=args.jobs, backend=args.backend,
-            address=args.address, progress=not args.quiet,
+            address=args.address, progress=not args.quiet, overrides=args.set,
         )  # fmt: skip
     failed = index[index["status"] == "failed"]
     print(f"sweep: {len(index)} runs, {len(failed)} failed; index: {out / 'index.csv'}")

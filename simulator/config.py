@@ -86,3 +86,22 @@ def _blamed(error: ConfigError, where: str, overrides: list[str]) -> ConfigError
         if inside or above:
             return ConfigError(f"--set {item}", error.key, error.message)
     return error
+
+
+def folder_name(config: dict, fallback: str) -> str:
+    """The experiment's name as a results folder name: ``name:`` when it is a plain name (see
+    `folder_name_problem`), else ``fallback`` (the file's stem), so a bad name never sends a failed
+    run's files outside ``results/``."""
+    name = config.get("name")
+    return name if isinstance(name, str) and not folder_name_problem(name) else fallback
+
+
+def folder_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a results folder (None when it can)."""
+    if not name.strip() or name in (".", ".."):
+        return "expected a non-empty name (it names the results folder)"
+    if any(c in name for c in "/\\\0"):
+        return (
+            f"expected a plain name without '/' or '\\' (it names the results folder), got {name!r}"
+        )
+    return None

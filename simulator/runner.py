@@ -20,7 +20,7 @@ from policies.routing import ROUTERS
 from simulator import latency as _latency  # noqa: F401  (package init)
 from simulator.cfg import Section
 from simulator.cluster import Cluster
-from simulator.config import TOP_LEVEL
+from simulator.config import TOP_LEVEL, folder_name_problem
 from simulator.engine import MAX_REPLICAS, EngineSpec, mark_all_used
 from simulator.errors import ConfigError
 from simulator.executor import SimulatedExecutor
@@ -72,6 +72,8 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
         if key not in TOP_LEVEL:
             raise top.error(str(key), f"unknown section (known: {', '.join(TOP_LEVEL)})")
     name = top.str("name", Path(where).stem)
+    if folder_name_problem(name):
+        raise top.error("name", folder_name_problem(name))
     top.str("description", "")
     seed = top.int("seed", 0, min=0) if seed is None else seed
     ss = np.random.SeedSequence(seed)
