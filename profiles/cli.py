@@ -27,7 +27,7 @@ import time
 from profiles.torch_model import MIXED_MODES
 from simulator.argtypes import positive_float, positive_int
 from simulator.errors import ConfigError
-from simulator.files import check_out_dir
+from simulator.files import check_out_dir, load_yaml_file
 
 #: meta.yaml's description of each mixed-step mode, and the table variant it names
 MIXED_STEPS_NOTE = {
@@ -490,16 +490,16 @@ def run_profile(
 
 
 def _read_prev_meta(out: str) -> dict:
+    """The meta.yaml an earlier (resumed) run left, or {} when there is none or it is unreadable
+    (it only carries accumulated timings; the new meta.yaml replaces it)."""
     p = os.path.join(out, "meta.yaml")
     if not os.path.exists(p):
         return {}
-    import yaml
-
     try:
-        with open(p) as f:
-            return yaml.safe_load(f) or {}
-    except (OSError, yaml.YAMLError):
+        meta = load_yaml_file(p, "table metadata")
+    except ConfigError:
         return {}
+    return meta if isinstance(meta, dict) else {}
 
 
 def _merge_times(prev: dict, times: dict, total: float, replaced: set = frozenset()) -> dict:

@@ -35,7 +35,8 @@ def read_text(path: str | Path, what: str = "file") -> str:
 def decode_text(data: bytes, where: str, what: str = "file") -> str:
     """``data`` as UTF-8; a binary or otherwise encoded file names its first bad byte's line."""
     if b"\x00" in data[:8192]:
-        raise ConfigError(where, "", f"looks like a binary file, not a text {what} (UTF-8)")
+        raise ConfigError(where, "", f"looks like a binary (or UTF-16) file, not a text {what} "
+                          "in UTF-8")  # fmt: skip
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
