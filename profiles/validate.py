@@ -307,6 +307,8 @@ def load_real(path: Path) -> dict:
         real = json.loads(decode_text(data, str(path), "real-run JSON"))
     except json.JSONDecodeError as e:
         raise ConfigError(str(path), f"line {e.lineno}", f"not valid JSON ({e.msg})") from None
+    except RecursionError:
+        raise ConfigError(str(path), "", "not readable: JSON nested too deeply") from None
     if not isinstance(real, dict):
         raise ConfigError(str(path), "<top>", "expected a JSON mapping (a saved real run)")
     for key in REAL_KEYS:

@@ -92,6 +92,8 @@ def read_json(path: Path) -> dict:
         doc = json.loads(read_text(path, "JSON file"))
     except json.JSONDecodeError as e:
         raise ConfigError(str(path), f"line {e.lineno}", f"not valid JSON ({e.msg})") from None
+    except RecursionError:
+        raise ConfigError(str(path), "", "not readable: nested too deeply") from None
     if not isinstance(doc, dict):
         raise ConfigError(str(path), "<top>", f"expected a JSON mapping, got {type(doc).__name__}")
     return doc

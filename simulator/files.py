@@ -56,6 +56,10 @@ def parse_yaml(text: str, where: str) -> Any:
         if node is not None:
             _check_duplicates(node, where, "", {})
         return yaml.safe_load(text)
+    except RecursionError:
+        raise ConfigError(
+            where, "", "not readable: nested too deeply (hundreds of levels)"
+        ) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -12,6 +12,7 @@ import contextlib
 import copy
 import io
 import os
+import re
 import shlex
 import shutil
 import traceback
@@ -42,6 +43,8 @@ def _merge(base: dict, over: dict) -> dict:
 
 
 def _expand(text: str, tmp: Path) -> str:
+    """Placeholders: {tmp}, {data}, {repo}, and {nest:N}, N nested brackets (too deep to parse)."""
+    text = re.sub(r"\{nest:(\d+)\}", lambda m: "[" * int(m[1]) + "]" * int(m[1]), text)
     return text.replace("{tmp}", str(tmp)).replace("{data}", str(HERE)).replace("{repo}", str(REPO))
 
 

@@ -289,7 +289,7 @@ def _jsonl_records(path: Path) -> tuple[list[int], list[dict]]:
     lines = [i for i, text in enumerate(texts, start=1) if text.strip()]
     try:
         records = json.loads("[" + ",".join(texts[i - 1] for i in lines) + "]")
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         records = None
     if records is None or len(records) != len(lines):
         records = []
@@ -298,6 +298,8 @@ def _jsonl_records(path: Path) -> tuple[list[int], list[dict]]:
                 records.append(json.loads(texts[line - 1]))
             except json.JSONDecodeError as exc:
                 raise TraceFormatError(path, f"not valid JSON ({exc.msg})", line, row) from None
+            except RecursionError:
+                raise TraceFormatError(path, "JSON nested too deeply", line, row) from None
     if not records:
         raise TraceFormatError(path, "the file has no JSON rows")
     if set(map(type, records)) != {dict}:
