@@ -67,6 +67,7 @@ def plot_results(folder: Path, out: Path, at_rate: float | None = None, run=None
         index = index[index["status"] == "done"]
         if index.empty:
             raise ConfigError(str(folder), "index.csv", "no finished runs to plot")
+        _check_metrics(index, folder / "index.csv")
         sweep = Sweep(folder, index)
         title = sweep.title()
         if sweep.x is not None:
@@ -86,6 +87,16 @@ def plot_results(folder: Path, out: Path, at_rate: float | None = None, run=None
         ts_run = Path(run) if run else first
     written += _save(_timeseries(ts_run, _title(ts_run)), out / "timeseries")
     return written
+
+
+def _check_metrics(index: pd.DataFrame, path: Path) -> None:
+    """The metric columns `servesim sweep` writes are there and numeric (the plots read them)."""
+    for metric in INDEX_METRICS:
+        if metric not in index.columns:
+            why = "required column is missing (servesim sweep writes it; was the file edited?)"
+            raise ConfigError(str(path), metric, why)
+        if not pd.api.types.is_numeric_dtype(index[metric]):
+            raise ConfigError(str(path), metric, "expected numbers in this column")
 
 
 class Sweep:
