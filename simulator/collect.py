@@ -83,7 +83,28 @@ def load_summary(run_dir: Path) -> dict:
     p = Path(run_dir) / "summary.json"
     if not p.is_file():
         raise ConfigError(str(run_dir), "", "no summary.json here (not a finished run folder)")
-    return read_json(p)
+    summary = read_json(p)
+    check_summary(summary, p)
+    return summary
+
+
+SUMMARY_SECTIONS = (*(f"{lat}_s" for lat in LATENCIES), "throughput", "utilization", "requests")
+
+
+def check_summary(summary: dict, path: Path) -> None:
+    """The sections and numbers `headline` reads have the shapes a run writes, so an edited or
+    foreign summary.json fails naming the key instead of deep inside compare or regress."""
+    for section in (*SUMMARY_SECTIONS, "cost"):
+        value = summary.get(section)
+        if (
+            section in summary
+            and not isinstance(value, dict)
+            and not (value is None and section == "cost")
+        ):
+            raise ConfigError(str(path), section, f"expected a mapping, got {value!r}"[:120])
+    for metric, value in headline(summary).items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ConfigError(str(path), metric, f"expected a number, got {value!r}"[:120])
 
 
 def read_json(path: Path) -> dict:

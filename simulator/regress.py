@@ -231,6 +231,11 @@ def _read(path: Path) -> dict | None:
     if not isinstance(points, dict) or not all(isinstance(v, dict) for v in points.values()):
         raise ConfigError(str(path), "points", "expected a mapping of point: metrics "
                           "(rewrite the baseline with --update)")  # fmt: skip
+    for name, metrics in points.items():
+        for m in MAIN_METRICS:
+            v = metrics.get(m)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                raise ConfigError(str(path), f"points.{name}.{m}", f"expected a number, got {v!r}")
     return points
 
 
