@@ -135,11 +135,12 @@ STEP_COLUMNS = (
     "start_s", "duration_s", "prefill_tokens", "prefill_attn", "prefill_seqs", "decode_seqs",
     "decode_ctx", "kv_blocks_used", "num_waiting", "num_running", "kv_tokens", "replica",
 )  # fmt: skip
+REQUEST_FILLED = ("id", "arrival_s", "input_tokens", "output_tokens", "replica", "status")
 REQUEST_NUMBERS = ("id", "arrival_s", "input_tokens", "output_tokens", "ttft_s", "tpot_s",
                    "replica")  # fmt: skip
 
 
-def read_results_csv(path: Path, required=(), numeric=(), **pandas_kw) -> pd.DataFrame:
+def read_results_csv(path: Path, required=(), numeric=(), filled=(), **pandas_kw) -> pd.DataFrame:
     """A results CSV (steps, requests, index) checked for its columns and numbers.
 
     Why: these files are meant to be read back, but users edit, truncate and mix them up; a
@@ -166,6 +167,11 @@ def read_results_csv(path: Path, required=(), numeric=(), **pandas_kw) -> pd.Dat
             row = int(bad.to_numpy().argmax())
             raise ConfigError(str(path), f"{col} (line {row + 2})",
                               f"expected a number, got {df[col].iloc[row]!r}")  # fmt: skip
+    for col in filled:  # columns every row has a value in (no empty cell, no nan)
+        empty = df[col].isna()
+        if empty.any():
+            row = int(empty.to_numpy().argmax())
+            raise ConfigError(str(path), f"{col} (line {row + 2})", "expected a value, got none")
     return df
 
 

@@ -279,7 +279,7 @@ def _cdfs(runs: dict, title: str, at, x_label) -> Figure:
 
 
 def _timeseries(run: Path, title: str, bins: int = 400) -> Figure:
-    steps = read_results_csv(Path(run) / "steps.csv", STEP_COLUMNS, STEP_COLUMNS)
+    steps = read_results_csv(Path(run) / "steps.csv", STEP_COLUMNS, STEP_COLUMNS, STEP_COLUMNS)
     cfg = load_config(run)
     num_blocks = (cfg.get("kv_cache") or {}).get("num_blocks") or steps["kv_blocks_used"].max()
     fig = Figure(figsize=(10, 5.5), layout="constrained")
