@@ -25,6 +25,8 @@ def read_text(path: str | Path, what: str = "file") -> str:
         raise ConfigError(str(path), "", f"is a folder, not a file ({what} expected)")
     if not p.exists():
         raise ConfigError(str(path), "", f"file not found ({what} expected)")
+    if not p.is_file():  # a device or pipe (/dev/zero) would be read forever
+        raise ConfigError(str(path), "", f"not a regular file (a device or pipe; {what} expected)")
     try:
         data = p.read_bytes()
     except OSError as e:
