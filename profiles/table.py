@@ -170,6 +170,8 @@ def read_csv(path: str, name: str) -> list[dict]:
                 rows.append(row)
     except OSError as e:
         raise ConfigError(path, "", f"cannot read table file: {e.strerror}") from None
+    except csv.Error as e:
+        raise ConfigError(path, "", f"not valid CSV ({e})") from None
     return rows
 
 

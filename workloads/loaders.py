@@ -226,9 +226,35 @@ class Column:
         return TraceFormatError(path, text, self.lines[index], int(index) + 1, self.name)
 
 
+class _CsvReader:
+    """``csv.reader`` whose own errors (a field over the csv module's size limit, a NUL byte)
+    are TraceFormatErrors naming the file and line, like every other bad row."""
+
+    def __init__(self, path: Path, handle):
+        self.path, self._reader = path, csv.reader(handle)
+        self._rows = 0  # non-empty rows returned, the header first
+
+    @property
+    def line_num(self) -> int:
+        return self._reader.line_num
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> list[str]:
+        try:
+            fields = next(self._reader)
+        except csv.Error as exc:  # data row number = rows after the header so far + 1
+            raise TraceFormatError(
+                self.path, f"not valid CSV ({exc})", self.line_num, self._rows
+            ) from None
+        self._rows += bool(fields)
+        return fields
+
+
 def _csv_header(path: Path) -> tuple[list[str], int]:
     with _open(path) as handle:
-        reader = csv.reader(handle)
+        reader = _CsvReader(path, handle)
         for fields in reader:
             if fields:
                 return [f.strip() for f in fields], reader.line_num
@@ -241,7 +267,7 @@ def _csv_columns(path: Path, wanted: tuple[str, ...]) -> dict[str, Column]:
     Only empty lines are skipped; a line of empty fields (",,") is a row with empty cells.
     """
     with _open(path) as handle:
-        reader = csv.reader(handle)
+        reader = _CsvReader(path, handle)
         header = None
         for fields in reader:
             if fields:
