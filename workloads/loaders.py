@@ -226,39 +226,26 @@ class Column:
         return TraceFormatError(path, text, self.lines[index], int(index) + 1, self.name)
 
 
-class _CsvReader:
-    """``csv.reader`` whose own errors (a field over the csv module's size limit, a NUL byte)
-    are TraceFormatErrors naming the file and line, like every other bad row."""
-
-    def __init__(self, path: Path, handle):
-        self.path, self._reader = path, csv.reader(handle)
-        self._rows = 0  # non-empty rows returned, the header first
-
-    @property
-    def line_num(self) -> int:
-        return self._reader.line_num
-
-    def __iter__(self):
-        return self
-
-    def __next__(self) -> list[str]:
-        try:
-            fields = next(self._reader)
-        except csv.Error as exc:  # data row number = rows after the header so far + 1
-            raise TraceFormatError(
-                self.path, f"not valid CSV ({exc})", self.line_num, self._rows
-            ) from None
-        self._rows += bool(fields)
-        return fields
-
-
 def _csv_header(path: Path) -> tuple[list[str], int]:
     with _open(path) as handle:
-        reader = _CsvReader(path, handle)
+        reader = csv.reader(handle)
+        return _header(path, reader), reader.line_num
+
+
+def _header(path: Path, reader) -> list[str]:
+    """The first non-empty row, stripped; an empty file is an error."""
+    try:
         for fields in reader:
             if fields:
-                return [f.strip() for f in fields], reader.line_num
+                return [f.strip() for f in fields]
+    except csv.Error as exc:
+        raise _csv_error(path, exc, reader.line_num, 0) from None
     raise TraceFormatError(path, "the file is empty (no CSV header)")
+
+
+def _csv_error(path: Path, exc: csv.Error, line: int, row: int) -> TraceFormatError:
+    """The csv module's own errors (a field over its 128 KiB limit, a NUL byte) as a bad row."""
+    return TraceFormatError(path, f"not valid CSV ({exc})", line, row)
 
 
 def _csv_columns(path: Path, wanted: tuple[str, ...]) -> dict[str, Column]:
@@ -267,14 +254,8 @@ def _csv_columns(path: Path, wanted: tuple[str, ...]) -> dict[str, Column]:
     Only empty lines are skipped; a line of empty fields (",,") is a row with empty cells.
     """
     with _open(path) as handle:
-        reader = _CsvReader(path, handle)
-        header = None
-        for fields in reader:
-            if fields:
-                header = [f.strip() for f in fields]
-                break
-        if header is None:
-            raise TraceFormatError(path, "the file is empty (no CSV header)")
+        reader = csv.reader(handle)
+        header = _header(path, reader)
         missing = [name for name in wanted if name not in header]
         if missing:
             raise TraceFormatError(
@@ -282,19 +263,10 @@ def _csv_columns(path: Path, wanted: tuple[str, ...]) -> dict[str, Column]:
             )
         rows: list[list[str]] = []
         lines: list[int] = []
-        width = len(header)
-        for fields in reader:
-            if len(fields) != width:
-                if not fields:
-                    continue  # an empty line
-                raise TraceFormatError(
-                    path,
-                    f"expected {width} fields like the header, got {len(fields)}",
-                    reader.line_num,
-                    len(rows) + 1,
-                )
-            rows.append(fields)
-            lines.append(reader.line_num)
+        try:
+            _read_rows(path, reader, len(header), rows, lines)
+        except csv.Error as exc:
+            raise _csv_error(path, exc, reader.line_num, len(rows) + 1) from None
     if not rows:
         raise TraceFormatError(path, "the file has a header but no data rows")
     out = {}
@@ -302,6 +274,22 @@ def _csv_columns(path: Path, wanted: tuple[str, ...]) -> dict[str, Column]:
         i = header.index(name)
         out[name] = Column(name, [fields[i] for fields in rows], lines)
     return out
+
+
+def _read_rows(path: Path, reader, width: int, rows: list, lines: list) -> None:
+    """Append every data row (and its line) to ``rows``/``lines``; empty lines are skipped."""
+    for fields in reader:
+        if len(fields) != width:
+            if not fields:
+                continue  # an empty line
+            raise TraceFormatError(
+                path,
+                f"expected {width} fields like the header, got {len(fields)}",
+                reader.line_num,
+                len(rows) + 1,
+            )
+        rows.append(fields)
+        lines.append(reader.line_num)
 
 
 def _jsonl_records(path: Path) -> tuple[list[int], list[dict]]:
