@@ -136,8 +136,11 @@ STEP_COLUMNS = (
     "decode_ctx", "kv_blocks_used", "num_waiting", "num_running", "kv_tokens", "replica",
 )  # fmt: skip
 REQUEST_FILLED = ("id", "arrival_s", "input_tokens", "output_tokens", "replica", "status")
-REQUEST_NUMBERS = ("id", "arrival_s", "input_tokens", "output_tokens", "ttft_s", "tpot_s",
-                   "replica")  # fmt: skip
+REQUEST_NUMBERS = (
+    "id", "arrival_s", "input_tokens", "output_tokens", "generated_tokens", "first_scheduled_s",
+    "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "queue_s", "preemptions",
+    "cached_tokens", "replica",
+)  # fmt: skip
 
 
 def read_results_csv(path: Path, required=(), numeric=(), filled=(), **pandas_kw) -> pd.DataFrame:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -336,3 +337,22 @@ def test_policies_on_small_caches_lose_nothing_and_respect_budgets(tmp_path, w):
         assert (steps["prefill_tokens"] + steps["decode_seqs"] <= 64).all()
     elif "max_num_batched_tokens" in params:
         assert (steps["prefill_tokens"] <= params["max_num_batched_tokens"]).all()
+
+
+RUN_OK = HERE / "bad_inputs" / "run_ok"
+RUN_FILES = ["summary.json", "config.yaml", "steps.csv", "requests.csv"]
+
+
+@settings(FUZZ, max_examples=80)
+@given(st.sampled_from(RUN_FILES), EDITS, st.sampled_from(["compare", "timeline"]))
+def test_edited_run_folders_read_back_or_exit_2(tmp_path, name, edits, command):
+    """compare and timeline on a run folder with one file edited: exit 0 or 2, no traceback."""
+    run = Path(tempfile.mkdtemp(dir=tmp_path))  # one folder per example (tmp_path is shared)
+    for f in RUN_FILES:
+        text = (RUN_OK / f).read_text()
+        (run / f).write_text(edit(text, edits) if f == name else text)
+    argv = (["compare", str(run), str(RUN_OK)] if command == "compare"
+            else ["timeline", str(run), "--out", str(run / "t.json")])  # fmt: skip
+    code, err = _run_cli(argv)
+    assert code in (0, 2), err
+    assert "Traceback" not in err
