@@ -16,7 +16,9 @@ table's prediction for the real step's batch composition against the measured ti
 p95 absolute relative error, by step kind, and the compositions with the largest errors).
 
 Invariant: the table is never fitted or adjusted here; predictions come from the table as
-shipped.
+shipped. A saved real run carries a fingerprint (`fingerprint`) and is only compared with the
+experiment it was made for (`check_fingerprint`); the report needs no torch, the GPU phase says
+so before any work when torch or CUDA is missing.
 """
 
 from __future__ import annotations
