@@ -29,7 +29,9 @@ from pathlib import Path
 import yaml
 
 from profiles.torch_model import MIXED_MODES
+from simulator.argtypes import positive_float, positive_int
 from simulator.errors import ConfigError
+from simulator.files import check_out_dir, load_yaml_file
 
 #: meta.yaml's description of each mixed-step mode, and the table variant it names
 MIXED_STEPS_NOTE = {
@@ -63,7 +65,7 @@ def main(argv: list[str]) -> int:
             return _diff(argv[1:])
         return _profile(argv)
     except ConfigError as e:
-        print(e.one_line(), file=sys.stderr)
+        print(f"servesim profile: error: {e.one_line()}", file=sys.stderr)
         return 2
 
 
@@ -71,16 +73,17 @@ def main(argv: list[str]) -> int:
 
 
 def _report(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="servesim profile report")
-    ap.add_argument("dir")
+    ap = argparse.ArgumentParser(
+        prog="servesim profile report",
+        description="held-out error of a table's latency model (no GPU needed)",
+    )
+    ap.add_argument("dir", help="a table folder (meta.yaml + the op and step CSVs)")
     a = ap.parse_args(argv)
+    from simulator.latency.engine_steps import EngineStepModel, is_engine_table
     from simulator.latency.profiled import load_for_report
 
-    meta_path = Path(a.dir) / "meta.yaml"
-    if meta_path.is_file() and "kind: engine_steps" in meta_path.read_text():
-        from simulator.latency.engine_steps import EngineStepModel
-
-        meta = yaml.safe_load((Path(a.dir) / "meta.yaml").read_text())
+    if is_engine_table(a.dir):
+        meta = load_yaml_file(Path(a.dir) / "meta.yaml", "table meta.yaml")
         m = EngineStepModel(a.dir, meta["model"]["name"], int(meta["tp"]))
         print(json.dumps({"table": m.name, "heldout": m.heldout()}, indent=1))
         return 0
@@ -156,10 +159,18 @@ DIFF_KEYS = {
 
 
 def _diff(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="servesim profile diff")
-    ap.add_argument("old")
-    ap.add_argument("new")
-    ap.add_argument("--threshold", type=float, default=0.1)
+    ap = argparse.ArgumentParser(
+        prog="servesim profile diff",
+        description="per-op relative change of the median times of two tables (no GPU needed)",
+    )
+    ap.add_argument("old", help="the table folder to compare against")
+    ap.add_argument("new", help="the new table folder")
+    ap.add_argument(
+        "--threshold",
+        type=positive_float,
+        default=0.1,
+        help="flag points that moved by more than this fraction (> 0, default 0.1)",
+    )
     a = ap.parse_args(argv)
     from profiles.table import load_table
 
@@ -260,12 +271,19 @@ def _git_commit() -> str | None:
 
 
 def _profile(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="servesim profile")
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--tp", type=int, default=1)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--budget-minutes", type=float, default=5.0)
-    ap.add_argument("--resume", action="store_true")
+    ap = argparse.ArgumentParser(
+        prog="servesim profile",
+        description="measure a latency table on the local GPU (needs torch + CUDA)",
+        epilog="other forms: `servesim profile report DIR` (held-out error of a table) and "
+        "`servesim profile diff OLD NEW [--threshold 0.1]` (compare two tables); neither "
+        "needs a GPU",
+    )
+    ap.add_argument("--model", required=True, help="catalog model name (e.g. llama-3-8b)")
+    ap.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree (>= 1)")
+    ap.add_argument("--out", required=True, help="table folder to write (empty, or --resume)")
+    ap.add_argument("--budget-minutes", type=positive_float, default=5.0,
+                    help="time budget of the whole profile (> 0, default 5)")  # fmt: skip
+    ap.add_argument("--resume", action="store_true", help="keep rows already in --out")
     ap.add_argument("--skip-steps", action="store_true", help="op tables only")
     ap.add_argument(
         "--redo-steps",
@@ -280,11 +298,15 @@ def _profile(argv: list[str]) -> int:
         help="how mixed steps run: piecewise CUDA graphs with eager attention (vLLM v1's "
         "default), eager, or one whole-step graph per composition (full)",
     )
-    ap.add_argument("--max-tokens", type=int, default=16384)
+    ap.add_argument("--max-tokens", type=positive_int, default=16384,
+                    help="largest token count profiled (default 16384)")  # fmt: skip
     a = ap.parse_args(argv)
-    if a.tp < 1:
-        raise ConfigError("<cli>", "--tp", f"expected a positive integer, got {a.tp}")
     spec = _resolve_model(a.model)
+    if os.path.isdir(a.out) and os.listdir(a.out) and not a.resume:
+        raise ConfigError(a.out, "--out", "directory is not empty (use --resume to continue)")
+    if a.redo_steps and (a.skip_steps or not a.resume):
+        raise ConfigError("<cli>", "--redo-steps", "needs --resume and no --skip-steps")
+    check_out_dir(a.out)
     try:
         import torch
     except ImportError:
@@ -296,11 +318,6 @@ def _profile(argv: list[str]) -> int:
     if not torch.cuda.is_available():
         print("servesim profile: no CUDA GPU visible to torch", file=sys.stderr)
         return 2
-    if os.path.isdir(a.out) and os.listdir(a.out) and not a.resume:
-        raise ConfigError(a.out, "--out", "directory is not empty (use --resume to continue)")
-    if a.redo_steps and (a.skip_steps or not a.resume):
-        raise ConfigError("<cli>", "--redo-steps", "needs --resume and no --skip-steps")
-    os.makedirs(a.out, exist_ok=True)
     return run_profile(
         spec,
         a.tp,
@@ -468,7 +485,6 @@ def run_profile(
         "points_measured_this_run": counts,
         "time_taken_s": _merge_times(prev, times, total, replaced),
     }
-    import yaml
 
     with open(os.path.join(out, "meta.yaml"), "w") as f:
         yaml.safe_dump(meta, f, sort_keys=False)
@@ -487,16 +503,16 @@ def run_profile(
 
 
 def _read_prev_meta(out: str) -> dict:
+    """The meta.yaml an earlier (resumed) run left, or {} when there is none or it is unreadable
+    (it only carries accumulated timings; the new meta.yaml replaces it)."""
     p = os.path.join(out, "meta.yaml")
     if not os.path.exists(p):
         return {}
-    import yaml
-
     try:
-        with open(p) as f:
-            return yaml.safe_load(f) or {}
-    except (OSError, yaml.YAMLError):
+        meta = load_yaml_file(p, "table metadata")
+    except ConfigError:
         return {}
+    return meta if isinstance(meta, dict) else {}
 
 
 def _merge_times(prev: dict, times: dict, total: float, replaced: set = frozenset()) -> dict:

@@ -32,11 +32,13 @@ file and the column or field, because a table is user input (it may come from an
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 from dataclasses import dataclass, field
 
 from simulator.errors import ConfigError
+from simulator.files import load_yaml_file, read_text
 
 SCHEMA_VERSION = 1
 
@@ -143,7 +145,7 @@ def read_csv(path: str, name: str) -> list[dict]:
     """Read one CSV of the schema; raise ConfigError naming the file and the bad column."""
     numeric, text = SCHEMA[name]
     try:
-        with open(path, newline="") as f:
+        with io.StringIO(read_text(path, "table CSV"), newline="") as f:
             reader = csv.DictReader(f)
             header = reader.fieldnames or []
             for col in numeric + text:
@@ -168,19 +170,14 @@ def read_csv(path: str, name: str) -> list[dict]:
                 rows.append(row)
     except OSError as e:
         raise ConfigError(path, "", f"cannot read table file: {e.strerror}") from None
+    except csv.Error as e:
+        raise ConfigError(path, "", f"not valid CSV ({e})") from None
     return rows
 
 
 def read_meta(path: str) -> dict:
-    import yaml
 
-    try:
-        with open(path) as f:
-            meta = yaml.safe_load(f)
-    except OSError as e:
-        raise ConfigError(path, "", f"cannot read table metadata: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(path, "", f"not valid YAML: {str(e).splitlines()[0]}") from None
+    meta = load_yaml_file(path, "table metadata")
     if not isinstance(meta, dict):
         raise ConfigError(path, "<top>", "expected a mapping")
     for key in META_REQUIRED:

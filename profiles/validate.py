@@ -16,7 +16,9 @@ table's prediction for the real step's batch composition against the measured ti
 p95 absolute relative error, by step kind, and the compositions with the largest errors).
 
 Invariant: the table is never fitted or adjusted here; predictions come from the table as
-shipped.
+shipped. A saved real run carries a fingerprint (`fingerprint`) and is only compared with the
+experiment it was made for (`check_fingerprint`); the report needs no torch, the GPU phase says
+so before any work when torch or CUDA is missing.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import copy
 import gzip
+import hashlib
 import json
 import math
 import os
@@ -33,6 +36,7 @@ from pathlib import Path
 from profiles.real_executor import RECORD_FIELDS
 from simulator.config import TOOLING_KEYS, apply_overrides, load_yaml
 from simulator.errors import ConfigError
+from simulator.files import check_out_dir, decode_text
 
 #: (summary section, statistic) pairs compared between simulation and reality
 METRICS = tuple(
@@ -49,10 +53,14 @@ def prepare(path: str, overrides: list[str] | None = None) -> tuple[dict, str, P
     return cfg, str(path), Path(path).resolve().parent
 
 
-def run_sim(cfg: dict, where: str, base_dir: Path):
+def run_sim(cfg: dict, where: str, base_dir: Path, real: dict | None = None, source: str = ""):
+    """Simulate with the shipped table; with ``real``, first refuse a real run whose
+    fingerprint differs from this experiment's (``source`` names its file)."""
     from simulator.runner import build, simulate
 
     built = build(copy.deepcopy(cfg), where, base_dir)
+    if real is not None:
+        check_fingerprint(real, fingerprint(built, built.latency.describe().get("name")), source)
     return simulate(built).summary, built.latency
 
 
@@ -72,7 +80,8 @@ def run_real(cfg, where, base_dir, runner=None, time_mode: str = "wall") -> dict
     from profiles.real_executor import RealGPUExecutor
     from simulator.runner import build, simulate
 
-    mixed_mode = table_mixed_mode(build(copy.deepcopy(cfg), where, base_dir).latency)
+    modeled = build(copy.deepcopy(cfg), where, base_dir).latency
+    mixed_mode = table_mixed_mode(modeled)
     cfg = copy.deepcopy(cfg)
     cfg["latency"] = {"model": "roofline"}  # unused on the GPU; the table is read at report time
     built = build(cfg, where, base_dir)
@@ -101,6 +110,7 @@ def run_real(cfg, where, base_dir, runner=None, time_mode: str = "wall") -> dict
         "executor": executors[0].describe(),
         "records": cols,
         "wall_s": res.wall_s,
+        "fingerprint": fingerprint(built, modeled.describe().get("name")),
         "runner": runner,
     }
 
@@ -286,8 +296,93 @@ def save_real(real: dict, path: Path) -> None:
 
 
 def load_real(path: Path) -> dict:
-    with gzip.open(path, "rt") as f:
-        return json.load(f)
+    """A saved real run; a missing, non-gzip, non-JSON or incomplete file names itself."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(str(path), "--real-json", "file not found (a real.json.gz expected)")
+    try:
+        with gzip.open(path, "rb") as f:
+            data = f.read()
+    except (OSError, EOFError) as e:
+        raise ConfigError(str(path), "--real-json", f"not a gzip file ({e})") from None
+    try:
+        real = json.loads(decode_text(data, str(path), "real-run JSON"))
+    except json.JSONDecodeError as e:
+        raise ConfigError(str(path), f"line {e.lineno}", f"not valid JSON ({e.msg})") from None
+    except RecursionError:
+        raise ConfigError(str(path), "", "not readable: JSON nested too deeply") from None
+    if not isinstance(real, dict):
+        raise ConfigError(str(path), "<top>", "expected a JSON mapping (a saved real run)")
+    for key in REAL_KEYS:
+        if not isinstance(real.get(key), dict):
+            raise ConfigError(str(path), key, "missing: not a real run saved by validate")
+    missing = [f for f in ("wall_s", "gpu_s", *RECORD_FIELDS[:6]) if f not in real["records"]]
+    if missing:
+        raise ConfigError(str(path), f"records.{missing[0]}", "missing from the saved steps")
+    return real
+
+
+#: what every saved real run has (besides the steps' records' columns)
+REAL_KEYS = ("summary", "resolved", "executor", "records")
+
+#: resolved-config sections that decide a run's arrivals, model, policy and KV cache
+FINGERPRINT_SECTIONS = ("name", "seed", "model", "hardware", "scheduler", "kv_cache", "cluster",
+                        "workload", "sim")  # fmt: skip
+
+
+def fingerprint(built, table: str | None) -> dict:
+    """What a real run must share with the experiment it is compared with: its resolved config
+    (less the latency model), the arrivals and lengths themselves, and the table modelled."""
+    from simulator.results import _plain
+
+    reqs = built.workload.requests
+    rows = [(r.arrival_s, r.num_prompt_tokens, r.num_output_tokens) for r in reqs]
+    digest = hashlib.sha256(json.dumps(_plain(rows)).encode()).hexdigest()[:16]
+    config = {k: _plain(built.resolved.get(k)) for k in FINGERPRINT_SECTIONS}
+    return {"config": config, "arrivals": {"count": len(reqs), "sha256": digest}, "table": table}
+
+
+def check_fingerprint(real: dict, expected: dict, source: str) -> None:
+    """Refuse a real run made for another experiment (its numbers would compare nonsense).
+
+    Real runs saved before fingerprints existed are checked on what they hold: the resolved
+    config's sections and the number of requests.
+    """
+    have = real.get("fingerprint") or _legacy_fingerprint(real)
+    for section, value in expected["config"].items():
+        theirs = (have.get("config") or {}).get(section, value)
+        if _canon(theirs) != _canon(value):
+            raise ConfigError(source, f"fingerprint.{section}", _differs(theirs, value))
+    for key in ("count", "sha256"):
+        theirs = (have.get("arrivals") or {}).get(key)
+        if theirs is not None and theirs != expected["arrivals"][key]:
+            raise ConfigError(source, f"fingerprint.arrivals.{key}",
+                              _differs(theirs, expected["arrivals"][key]))  # fmt: skip
+    if have.get("table") not in (None, expected["table"]):
+        raise ConfigError(source, "fingerprint.table", _differs(have["table"], expected["table"]))
+
+
+def _legacy_fingerprint(real: dict) -> dict:
+    resolved = real.get("resolved") or {}
+    req = (real.get("summary") or {}).get("requests") or {}
+    count = req.get("arrived")
+    if count is not None:
+        count += req.get("not_arrived_by_horizon") or 0
+    config = {k: resolved[k] for k in FINGERPRINT_SECTIONS if k in resolved}
+    return {"config": config, "arrivals": {"count": count}}
+
+
+def _canon(value) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _differs(theirs, ours) -> str:
+    def short(v) -> str:
+        text = _canon(v)
+        return text if len(text) <= 120 else text[:117] + "..."
+
+    return (f"the real run was made for {short(theirs)} but the experiment has {short(ours)}; "
+            "pass the real run of this experiment, or run the GPU phase for it")  # fmt: skip
 
 
 def write_report(rep: dict, out: Path) -> None:
@@ -302,31 +397,63 @@ def main(argv: list[str] | None = None) -> int:
         from profiles.vllm_cli import main as engine_main
 
         return engine_main(argv, "validate")
+    args = _parser().parse_args(argv)
+    try:
+        return _validate(args)
+    except ConfigError as e:
+        print(f"servesim validate: error: {e.one_line()}", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="servesim validate", description=__doc__.splitlines()[0])
     p.add_argument("config", help="experiment YAML (one run; sweep/seeds keys are ignored)")
     p.add_argument("--out", help="report folder (default results/validate/<name>)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
-    p.add_argument("--time-mode", choices=["wall", "gpu"], default="wall")
+    p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
+                   help="override a key of the YAML (repeatable)")  # fmt: skip
+    p.add_argument("--time-mode", choices=["wall", "gpu"], default="wall",
+                   help="real step time: host wall-clock (default) or GPU events only")  # fmt: skip
     p.add_argument("--real-json", help="reuse a saved real run (real.json.gz): no GPU needed")
     p.add_argument("--real-only", action="store_true", help="run on the GPU, save, no report")
-    args = p.parse_args(argv)
-    try:
+    return p
+
+
+def _validate(args) -> int:
+    from simulator.config import blame_overrides
+
+    if args.real_json and args.real_only:
+        raise ConfigError("--real-only", "--real-json", "the two exclude each other")
+    if args.out:
+        check_out_dir(args.out)
+    with blame_overrides(str(args.config), args.set):
         cfg, where, base = prepare(args.config, args.set)
         name = cfg.get("name", Path(args.config).stem)
-        out = Path(args.out or Path("results") / "validate" / str(name))
+        out = check_out_dir(args.out or Path("results") / "validate" / str(name))
         if args.real_json:
             real = load_real(Path(args.real_json))
         else:
+            _need_gpu()
             real = run_real(cfg, where, base, time_mode=args.time_mode)
             save_real(real, out / "real.json.gz")
         if args.real_only:
             print(f"real run saved to {out / 'real.json.gz'}")
             return 0
-        sim, latency = run_sim(cfg, where, base)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        sim, latency = run_sim(cfg, where, base, real, str(args.real_json or out))
     rep = build_report(str(name), sim, real, latency)
     write_report(rep, out)
     print(render_markdown(rep))
     return 0
+
+
+def _need_gpu() -> None:
+    """The GPU phase needs torch with CUDA; say so before any work (the report from a stored
+    real run does not)."""
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is None or not torch.cuda.is_available():
+        why = "torch is not installed" if torch is None else "torch sees no CUDA GPU"
+        raise ConfigError("servesim validate", "torch", f"{why}; the real (GPU) phase needs torch "
+                          "with CUDA (pip install -e '.[profile]'), or pass --real-json "
+                          "REAL.json.gz to report from a stored real run")  # fmt: skip

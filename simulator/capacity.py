@@ -131,15 +131,20 @@ def search(
 
 def rate_key(config: dict) -> str:
     arrival = (config.get("workload") or {}).get("arrival") or {}
+    if not isinstance(arrival, dict):
+        return "rate_per_s"
     return "rate_scale" if arrival.get("process") == "trace" else "rate_per_s"
 
 
-def start_rate(config: dict) -> float:
-    arrival = (config.get("workload") or {}).get("arrival") or {}
+def start_rate(config: dict, where: str = "<capacity>") -> float:
+    workload = config.get("workload")
+    arrival = (workload.get("arrival") if isinstance(workload, dict) else None) or {}
+    if not isinstance(arrival, dict):
+        raise ConfigError(where, "workload.arrival", "expected a mapping with a rate to search")
     key = rate_key(config)
     value = arrival.get(key, 1.0 if key == "rate_scale" else None)
     if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-        raise ConfigError("<capacity>", f"workload.arrival.{key}", "needs a positive start rate")
+        raise ConfigError(where, f"workload.arrival.{key}", "needs a positive start rate")
     return float(value)
 
 
@@ -175,19 +180,34 @@ def judge(summary: dict, slos: list[SLO], target: float) -> Probe:
 
 def search_policy(job: tuple) -> tuple[str, Search]:
     """Worker: the capacity search of one policy (picklable arguments)."""
+    from simulator.config import blame_overrides
     from simulator.runner import build, simulate
 
-    config, where, base_dir, slos, target, max_requests, tolerance, max_runs, policy = job
+    config, where, base_dir, slos, target, max_requests, tolerance, max_runs, policy, sets = job
 
     def evaluate(rate: float) -> Probe:
         cfg = probe_config(config, slos, rate, max_requests)
-        summary = simulate(build(cfg, where, Path(base_dir))).summary
+        with blame_overrides(where, sets):
+            built = build(cfg, where, Path(base_dir))
+        summary = simulate(built).summary
         p = judge(summary, slos, target)
         print(f"  {policy}: rate {rate:.4g} -> {'ok' if p.ok else 'miss'} ({p.detail})",
               file=sys.stderr, flush=True)  # fmt: skip
         return Probe(rate, p.ok, p.attainment, p.detail, p.metrics)
 
-    return policy, search(evaluate, start_rate(config), tolerance=tolerance, max_runs=max_runs)
+    return policy, search(evaluate, start_rate(config, where), tolerance=tolerance,
+                          max_runs=max_runs)  # fmt: skip
+
+
+def _check_sections(raw: dict, where: str) -> None:
+    """The sections a probe writes into (rate, request cap, SLO) are mappings, so that a bad
+    file fails here, naming the key, instead of inside the first probe."""
+    workload = raw.get("workload")
+    if not isinstance(workload, dict):
+        raise ConfigError(where, "workload", "expected a mapping (capacity searches its rate)")
+    for key, value in (("workload.limits", workload.get("limits")), ("slo", raw.get("slo"))):
+        if value is not None and not isinstance(value, dict):
+            raise ConfigError(where, key, f"expected a mapping, got {value!r}")
 
 
 def capacity_cli(args) -> int:
@@ -198,19 +218,20 @@ def capacity_cli(args) -> int:
     slos = [parse_slo(s) for s in args.slo]
     if not 0 < args.target <= 1:
         raise ConfigError("--target", "", f"expected a fraction in (0, 1], got {args.target}")
+    _check_sections(raw, str(path))
     if args.policies:
         policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     else:
         swept = (raw.get("sweep") or {}).get("scheduler.policy")
         policies = swept or [(raw.get("scheduler") or {}).get("policy")]
     config = {k: v for k, v in raw.items() if k not in TOOLING_KEYS}
-    start_rate(config)
+    start_rate(config, str(path))
     jobs = []
     for pol in policies:
         cfg = copy.deepcopy(config)
         cfg.setdefault("scheduler", {})["policy"] = pol
         jobs.append((cfg, str(path), str(path.parent), slos, args.target, args.max_requests,
-                     args.tolerance, args.max_runs, pol))  # fmt: skip
+                     args.tolerance, args.max_runs, pol, args.set))  # fmt: skip
     if args.jobs > 1 and len(jobs) > 1:
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
             results = list(pool.map(search_policy, jobs))

@@ -65,7 +65,7 @@ class Section:
         if value is None and default is None:
             return None  # type: ignore[return-value]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.error(name, f"expected a number, got {_show(value)}")
+            raise self.error(name, f"expected a number, got {_show(value)}{_exponent_hint(value)}")
         _check_range(self, name, value, min, max, strict_min)
         return float(value)
 
@@ -78,7 +78,8 @@ class Section:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.error(name, f"expected an integer, got {_show(value)}")
+            hint = _exponent_hint(value, integer=True)
+            raise self.error(name, f"expected an integer, got {_show(value)}{hint}")
         _check_range(self, name, value, min, max, False)
         return value
 
@@ -126,3 +127,18 @@ def _show(value: Any) -> str:
     if len(text) > 40:
         text = text[:37] + "..."
     return f"{type(value).__name__} {text}"
+
+
+def _exponent_hint(value: Any, integer: bool = False) -> str:
+    """YAML 1.1 (PyYAML) reads ``1e-3`` as text: say how to write the number it looks like."""
+    if not isinstance(value, str) or "e" not in value.lower():
+        return ""
+    try:
+        number = float(value)
+    except ValueError:
+        return ""
+    if integer and number.is_integer():
+        return f" (YAML reads {value} as text; write {int(number)})"
+    mantissa, _, exponent = value.lower().partition("e")
+    fixed = f"{mantissa}.0e{exponent}" if "." not in mantissa else f"{mantissa}e{exponent}"
+    return f" (YAML reads {value} as text; write {fixed} or {number!r})"

@@ -13,14 +13,15 @@ through here, so the metric names are the same everywhere:
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from simulator.errors import ConfigError
+from simulator.files import load_yaml_file, read_text
 
 LATENCIES = ("ttft", "tpot", "itl", "e2e", "queue")
 STATS = ("mean", "p50", "p90", "p95", "p99")
@@ -82,12 +83,99 @@ def load_summary(run_dir: Path) -> dict:
     p = Path(run_dir) / "summary.json"
     if not p.is_file():
         raise ConfigError(str(run_dir), "", "no summary.json here (not a finished run folder)")
-    return json.loads(p.read_text())
+    summary = read_json(p)
+    check_summary(summary, p)
+    return summary
+
+
+SUMMARY_SECTIONS = (*(f"{lat}_s" for lat in LATENCIES), "throughput", "utilization", "requests")
+
+
+def check_summary(summary: dict, path: Path) -> None:
+    """The sections and numbers `headline` reads have the shapes a run writes, so an edited or
+    foreign summary.json fails naming the key instead of deep inside compare or regress."""
+    for section in (*SUMMARY_SECTIONS, "cost"):
+        value = summary.get(section)
+        if (
+            section in summary
+            and not isinstance(value, dict)
+            and not (value is None and section == "cost")
+        ):
+            raise ConfigError(str(path), section, f"expected a mapping, got {value!r}"[:120])
+    for metric, value in headline(summary).items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ConfigError(str(path), metric, f"expected a number, got {value!r}"[:120])
+
+
+def read_json(path: Path) -> dict:
+    """A saved JSON mapping (summary, baseline); bad content is an error naming the file."""
+    try:
+        doc = json.loads(read_text(path, "JSON file"))
+    except json.JSONDecodeError as e:
+        raise ConfigError(str(path), f"line {e.lineno}", f"not valid JSON ({e.msg})") from None
+    except RecursionError:
+        raise ConfigError(str(path), "", "not readable: nested too deeply") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(str(path), "<top>", f"expected a JSON mapping, got {type(doc).__name__}")
+    return doc
 
 
 def load_config(run_dir: Path) -> dict:
     p = Path(run_dir) / "config.yaml"
-    return yaml.safe_load(p.read_text()) if p.is_file() else {}
+    if not p.is_file():
+        return {}
+    doc = load_yaml_file(p, "run config")
+    if not isinstance(doc, dict):
+        raise ConfigError(str(p), "<top>", "expected a mapping (the run's resolved config)")
+    return doc
+
+
+#: columns every steps.csv and requests.csv has (simulator.results writes them), for readers
+STEP_COLUMNS = (
+    "start_s", "duration_s", "prefill_tokens", "prefill_attn", "prefill_seqs", "decode_seqs",
+    "decode_ctx", "kv_blocks_used", "num_waiting", "num_running", "kv_tokens", "replica",
+)  # fmt: skip
+REQUEST_FILLED = ("id", "arrival_s", "input_tokens", "output_tokens", "replica", "status")
+REQUEST_NUMBERS = (
+    "id", "arrival_s", "input_tokens", "output_tokens", "generated_tokens", "first_scheduled_s",
+    "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "queue_s", "preemptions",
+    "cached_tokens", "replica",
+)  # fmt: skip
+
+
+def read_results_csv(path: Path, required=(), numeric=(), filled=(), **pandas_kw) -> pd.DataFrame:
+    """A results CSV (steps, requests, index) checked for its columns and numbers.
+
+    Why: these files are meant to be read back, but users edit, truncate and mix them up; a
+    missing column or a text cell must name the file, the column and the line, not end in a
+    pandas KeyError deep inside a plot.
+    """
+    path = Path(path)
+    text = read_text(path, "CSV file")
+    if not text.strip():
+        raise ConfigError(str(path), "", "the file is empty (no CSV header)")
+    try:
+        df = pd.read_csv(io.StringIO(text), **pandas_kw)
+    except (pd.errors.ParserError, ValueError) as e:
+        raise ConfigError(str(path), "", f"not a valid CSV file ({str(e).strip()})") from None
+    for col in required:
+        if col not in df.columns:
+            raise ConfigError(
+                str(path), col, f"required column is missing (has {list(df.columns)})"
+            )
+    for col in numeric:
+        values = pd.to_numeric(df[col], errors="coerce")
+        bad = values.isna() & df[col].notna()
+        if bad.any():
+            row = int(bad.to_numpy().argmax())
+            raise ConfigError(str(path), f"{col} (line {row + 2})",
+                              f"expected a number, got {df[col].iloc[row]!r}")  # fmt: skip
+    for col in filled:  # columns every row has a value in (no empty cell, no nan)
+        empty = df[col].isna()
+        if empty.any():
+            row = int(empty.to_numpy().argmax())
+            raise ConfigError(str(path), f"{col} (line {row + 2})", "expected a value, got none")
+    return df
 
 
 SEED_DIR = re.compile(r"^seed(\d+)$")
@@ -109,7 +197,10 @@ def seed_runs(folder: Path) -> dict[int, Path]:
 
 def load_index(folder: Path) -> pd.DataFrame | None:
     p = Path(folder) / "index.csv"
-    return pd.read_csv(p, keep_default_na=False, na_values=[""]) if p.is_file() else None
+    if not p.is_file():
+        return None
+    return read_results_csv(p, ("point", "seed", "folder", "status"), ("seed",),
+                            keep_default_na=False, na_values=[""])  # fmt: skip
 
 
 def describe_setup(run_dir: Path) -> dict:

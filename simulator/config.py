@@ -8,12 +8,13 @@ unknown key anywhere is an error naming the file and its dotted path.
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from simulator.errors import ConfigError
+from simulator.files import load_yaml_file, parse_yaml
 
 TOP_LEVEL = (
     "name", "description", "seed", "model", "hardware", "scheduler", "kv_cache", "latency",
@@ -27,17 +28,8 @@ TOOLING_KEYS = ("sweep", "seeds", "regress")
 
 
 def load_yaml(path: str | Path) -> dict:
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(str(path), "", "file not found")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(
-            str(path), "", f"not valid YAML{at}: {getattr(e, 'problem', e)}"
-        ) from None
+    """An experiment YAML as a dict, read strictly (UTF-8 text, no duplicate keys)."""
+    data = load_yaml_file(path, "experiment YAML")
     if not isinstance(data, dict):
         raise ConfigError(str(path), "", "expected a mapping of experiment sections at top level")
     return data
@@ -54,9 +46,11 @@ def apply_overrides(config: dict, overrides: list[str], where: str = "--set") ->
         if not all(parts):
             raise ConfigError(where, key, "expected a dotted key path like scheduler.max_num_seqs")
         try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError:
-            value = text
+            value = parse_yaml(text, f"{where} {item}")
+        except ConfigError as e:
+            if "not valid YAML" not in e.message:
+                raise
+            value = text  # not YAML: the text itself (a string value needs no quotes)
         node: Any = out
         for i, part in enumerate(parts[:-1]):
             nxt = node.get(part)
@@ -67,3 +61,47 @@ def apply_overrides(config: dict, overrides: list[str], where: str = "--set") ->
             node = nxt
         node[parts[-1]] = value
     return out
+
+
+@contextmanager
+def blame_overrides(where: str, overrides: list[str] | None) -> Iterator[None]:
+    """Re-raise a config error about a key that a ``--set`` gave as an error of that ``--set``.
+
+    Why: the value came from the command line, so pointing at the YAML file would send the user
+    looking for a line that is not there.
+    """
+    try:
+        yield
+    except ConfigError as e:
+        raise _blamed(e, where, overrides or []) from None
+
+
+def _blamed(error: ConfigError, where: str, overrides: list[str]) -> ConfigError:
+    if error.where != where or not error.key:
+        return error
+    for item in reversed(overrides):
+        key = item.split("=", 1)[0].strip()
+        inside = error.key == key or error.key.startswith(key + ".")
+        above = key.startswith(error.key + ".") and "unknown" in error.message
+        if inside or above:
+            return ConfigError(f"--set {item}", error.key, error.message)
+    return error
+
+
+def folder_name(config: dict, fallback: str) -> str:
+    """The experiment's name as a results folder name: ``name:`` when it is a plain name (see
+    `folder_name_problem`), else ``fallback`` (the file's stem), so a bad name never sends a failed
+    run's files outside ``results/``."""
+    name = config.get("name")
+    return name if isinstance(name, str) and not folder_name_problem(name) else fallback
+
+
+def folder_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a results folder (None when it can)."""
+    if not name.strip() or name in (".", ".."):
+        return "expected a non-empty name (it names the results folder)"
+    if any(c in name for c in "/\\\0"):
+        return (
+            f"expected a plain name without '/' or '\\' (it names the results folder), got {name!r}"
+        )
+    return None

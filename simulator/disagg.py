@@ -50,6 +50,7 @@ import numpy as np
 import simpy
 
 from simulator.cfg import Section
+from simulator.engine import MAX_REPLICAS
 from simulator.executor import SimulatedExecutor
 from simulator.hardware import LinkSpec, load_link
 from simulator.replica import Replica
@@ -90,7 +91,7 @@ class DisaggSpec:
         pools = {}
         for pool in ("prefill", "decode"):
             psec = cl.section(pool)
-            n = psec.int("replicas", 1, min=1)
+            n = psec.int("replicas", 1, min=1, max=MAX_REPLICAS)
             if psec.has("scheduler"):
                 sched = psec.section("scheduler")
             else:

@@ -17,6 +17,11 @@ from simulator.kv.contiguous import RESERVE_MODES, ContiguousAllocator
 from simulator.kv.paged import PagedAllocator
 from simulator.kv.prefix import PrefixCachingAllocator
 
+#: Upper bounds that catch a typo before it exhausts memory: every replica keeps a list of its
+#: KV blocks (a real GPU holds well under a million), and simulates its own engine.
+MAX_BLOCKS = 2**24
+MAX_REPLICAS = 1024
+
 
 @dataclass
 class EngineSpec:
@@ -45,12 +50,15 @@ class EngineSpec:
         allocator = kvs.str("allocator", "paged", choices=["paged", "contiguous"])
         block_size = kvs.int("block_size", 16, min=1)
         util = kvs.num("gpu_memory_utilization", 0.9, min=0, max=1, strict_min=True)
-        num_blocks = kvs.int("num_blocks", None, min=1)
+        num_blocks = kvs.int("num_blocks", None, min=1, max=MAX_BLOCKS)
         if num_blocks is None:
             num_blocks = kv_capacity_blocks(
                 model, gpu, tp, block_size, util, where=where,
                 key=kvs.key("gpu_memory_utilization"),
             )  # fmt: skip
+            if num_blocks > MAX_BLOCKS:
+                raise kvs.error("block_size", f"gives {num_blocks} KV blocks per replica, more "
+                                f"than {MAX_BLOCKS} (raise block_size)")  # fmt: skip
         reserve = kvs.str("reserve", None, choices=RESERVE_MODES)
         if allocator == "contiguous" and reserve is None:
             raise kvs.error("reserve", f"the contiguous allocator needs one of {RESERVE_MODES}")

@@ -18,3 +18,15 @@ class ConfigError(Exception):
     def one_line(self) -> str:
         key = f"{self.key}: " if self.key else ""
         return f"{self.where}: {key}{self.message}"
+
+    def __reduce__(self):
+        """Pickle by state, not by ``args``: subclasses (TraceFormatError) take other
+        constructor arguments, and errors cross process pools (sweep, capacity, regress)."""
+        return (_rebuild, (type(self), self.one_line(), self.__dict__))
+
+
+def _rebuild(cls, text: str, state: dict) -> ConfigError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, text)
+    error.__dict__.update(state)
+    return error

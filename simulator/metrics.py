@@ -14,6 +14,7 @@ is reported as mean, p50, p90, p95, p99.
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
@@ -178,6 +179,9 @@ def summarize(
     reasons: dict[str, int] = {}
     for r in cols["reject_reason"][status == "rejected"]:
         reasons[r] = reasons.get(r, 0) + 1
+    causes: dict[str, int] = {}
+    for r, n in reasons.items():
+        causes[reject_cause(r)] = causes.get(reject_cause(r), 0) + n
     num_gpus = tp * len(replicas)
     busy = float(steps["duration_s"].sum())
     flops, nbytes = step_work(steps, model)
@@ -200,6 +204,7 @@ def summarize(
             "unfinished": int(((status == "waiting") | (status == "running")
                                | (status == "transferring")).sum()),
             "reject_reasons": reasons,
+            "reject_causes": dict(sorted(causes.items(), key=lambda kv: (-kv[1], kv[0]))),
         },
         "duration_s": duration,
         "ttft_s": dist(cols["ttft_s"][done]),
@@ -255,3 +260,12 @@ def step_work(steps: dict, model) -> tuple[float, float]:
         steps["decode_ctx"].sum() + tokens.sum()
     )
     return float(linear + attn), float(nbytes)
+
+
+_REQUEST_NUMBER = re.compile(r"^(\D*?)\d+ ")
+
+
+def reject_cause(reason: str) -> str:
+    """A reject reason without the request's own number, so reasons group by cause:
+    "prompt 9000 > max_num_batched_tokens 8192" -> "prompt > max_num_batched_tokens 8192"."""
+    return _REQUEST_NUMBER.sub(r"\1", reason, count=1)

@@ -26,8 +26,16 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import Formatter, FuncFormatter
 from scipy import stats
 
-from simulator.collect import describe_setup, load_config, load_index, seed_runs
+from simulator.collect import (
+    STEP_COLUMNS,
+    describe_setup,
+    load_config,
+    load_index,
+    read_results_csv,
+    seed_runs,
+)
 from simulator.errors import ConfigError
+from simulator.files import check_out_dir
 from simulator.sweeprun import INDEX_METRICS
 
 _PLAIN = FuncFormatter(lambda v, _: f"{v:g}")
@@ -52,14 +60,14 @@ X_LABELS = {
 
 
 def plot_results(folder: Path, out: Path, at_rate: float | None = None, run=None) -> list[Path]:
-    folder, out = Path(folder), Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    folder, out = Path(folder), check_out_dir(out)
     index = load_index(folder)
     written: list[Path] = []
     if index is not None:
         index = index[index["status"] == "done"]
         if index.empty:
             raise ConfigError(str(folder), "index.csv", "no finished runs to plot")
+        _check_metrics(index, folder / "index.csv")
         sweep = Sweep(folder, index)
         title = sweep.title()
         if sweep.x is not None:
@@ -79,6 +87,16 @@ def plot_results(folder: Path, out: Path, at_rate: float | None = None, run=None
         ts_run = Path(run) if run else first
     written += _save(_timeseries(ts_run, _title(ts_run)), out / "timeseries")
     return written
+
+
+def _check_metrics(index: pd.DataFrame, path: Path) -> None:
+    """The metric columns `servesim sweep` writes are there and numeric (the plots read them)."""
+    for metric in INDEX_METRICS:
+        if metric not in index.columns:
+            why = "required column is missing (servesim sweep writes it; was the file edited?)"
+            raise ConfigError(str(path), metric, why)
+        if not pd.api.types.is_numeric_dtype(index[metric]):
+            raise ConfigError(str(path), metric, "expected numbers in this column")
 
 
 class Sweep:
@@ -239,7 +257,8 @@ def _cdfs(runs: dict, title: str, at, x_label) -> Figure:
     fig = Figure(figsize=(10, 4.2), layout="constrained")
     axes = fig.subplots(1, 2)
     for label, run in runs.items():
-        req = pd.read_csv(Path(run) / "requests.csv")
+        req = read_results_csv(Path(run) / "requests.csv", ("status", "ttft_s", "tpot_s"),
+                               ("ttft_s", "tpot_s"))  # fmt: skip
         req = req[req["status"] == "finished"]
         for ax, col in zip(axes, ("ttft_s", "tpot_s"), strict=True):
             v = np.sort(req[col].dropna().to_numpy() * 1000.0)
@@ -260,7 +279,7 @@ def _cdfs(runs: dict, title: str, at, x_label) -> Figure:
 
 
 def _timeseries(run: Path, title: str, bins: int = 400) -> Figure:
-    steps = pd.read_csv(Path(run) / "steps.csv")
+    steps = read_results_csv(Path(run) / "steps.csv", STEP_COLUMNS, STEP_COLUMNS, STEP_COLUMNS)
     cfg = load_config(run)
     num_blocks = (cfg.get("kv_cache") or {}).get("num_blocks") or steps["kv_blocks_used"].max()
     fig = Figure(figsize=(10, 5.5), layout="constrained")

@@ -24,11 +24,10 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-import yaml
-
-from simulator.collect import MAIN_METRICS, direction, headline
+from simulator.collect import MAIN_METRICS, direction, headline, read_json
 from simulator.config import load_yaml
 from simulator.errors import ConfigError
+from simulator.files import check_out_dir, load_yaml_file
 from simulator.sweep import Task, expand, point_config, run_task
 
 DEFAULT_TOLERANCE = {"rel": 0.05, "abs": 0.0}
@@ -50,16 +49,32 @@ def load_tolerances(path: Path | None) -> tuple[dict, dict]:
     )
     if path is None:
         return default, per
-    doc = yaml.safe_load(Path(path).read_text()) or {}
+    doc = load_yaml_file(path, "tolerance file") or {}
     if not isinstance(doc, dict) or set(doc) - {"default", "metrics"}:
         raise ConfigError(str(path), "", "expected a mapping with keys default and metrics")
-    default.update(doc.get("default") or {})
-    for m, tol in (doc.get("metrics") or {}).items():
+    default.update(_tolerance(doc.get("default") or {}, str(path), "default"))
+    metrics = doc.get("metrics") or {}
+    if not isinstance(metrics, dict):
+        raise ConfigError(str(path), "metrics", "expected a mapping of metric: {rel, abs}")
+    for m, tol in metrics.items():
         if m not in MAIN_METRICS:
             raise ConfigError(str(path), f"metrics.{m}", f"unknown metric (known: "
                               f"{', '.join(MAIN_METRICS)})")  # fmt: skip
-        per[m] = {**default, **per.get(m, {}), **tol}
+        per[m] = {**default, **per.get(m, {}), **_tolerance(tol, str(path), f"metrics.{m}")}
     return default, per
+
+
+def _tolerance(tol, where: str, key: str) -> dict:
+    """One ``{rel, abs}`` entry, both optional numbers >= 0."""
+    if not isinstance(tol, dict):
+        raise ConfigError(where, key, f"expected a mapping like {{rel: 0.05, abs: 0.001}}, got "
+                          f"{tol!r}")  # fmt: skip
+    for name, value in tol.items():
+        if name not in ("rel", "abs"):
+            raise ConfigError(where, f"{key}.{name}", "unknown key (known: rel, abs)")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise ConfigError(where, f"{key}.{name}", f"expected a number >= 0, got {value!r}")
+    return tol
 
 
 def tolerance_for(metric: str, default: dict, per: dict) -> dict:
@@ -92,6 +107,7 @@ def regress_config(config: dict, where: str) -> tuple[dict, list, dict]:
     spec = config.get("regress")
     if not isinstance(spec, dict):
         raise ConfigError(where, "regress", "expected a mapping like {max_requests: 300}")
+    _check_spec(spec, where)
     unknown = set(spec) - {"max_requests", "seeds"}
     if unknown:
         raise ConfigError(where, f"regress.{sorted(unknown)[0]}", "unknown key "
@@ -105,6 +121,19 @@ def regress_config(config: dict, where: str) -> tuple[dict, list, dict]:
         limits["max_requests"] = min(limits.get("max_requests") or 10**12, spec["max_requests"])
     base = {**base, "workload": {**base["workload"], "limits": limits}}
     return base, points, spec
+
+
+def _check_spec(spec: dict, where: str) -> None:
+    """``regress.max_requests`` an integer >= 1 and ``regress.seeds`` integers >= 0."""
+    cap = spec.get("max_requests")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+        raise ConfigError(where, "regress.max_requests", f"expected an integer >= 1, got {cap!r}")
+    seeds = spec.get("seeds")
+    good = isinstance(seeds, list) and all(
+        isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds
+    )
+    if seeds is not None and not good:
+        raise ConfigError(where, "regress.seeds", f"expected integers >= 0, got {seeds!r}")
 
 
 def run_experiment(path: Path, jobs: int = 1) -> dict:
@@ -130,12 +159,13 @@ def run_experiment(path: Path, jobs: int = 1) -> dict:
 
 
 def find_experiments(folder: Path, only: list[str] | None = None) -> list[Path]:
+    """The experiment YAMLs of ``folder`` with a ``regress:`` key; an unreadable or invalid
+    YAML is an error naming it (skipping it would drop its gate without a word)."""
+    if not Path(folder).is_dir():
+        raise ConfigError(str(folder), "", "not a folder (expected a folder of experiment YAMLs)")
     found = []
     for p in sorted(Path(folder).glob("*.yaml")):
-        try:
-            doc = yaml.safe_load(p.read_text())
-        except yaml.YAMLError:
-            continue
+        doc = load_yaml_file(p, "experiment YAML")
         if isinstance(doc, dict) and "regress" in doc and (not only or p.stem in only):
             found.append(p)
     return found
@@ -144,17 +174,23 @@ def find_experiments(folder: Path, only: list[str] | None = None) -> list[Path]:
 def regress_cli(args) -> int:
     t0 = time.monotonic()
     base_dir = Path(args.baseline)
+    if args.update:  # the baselines are written after every run: check the folder first
+        check_out_dir(base_dir, "--baseline")
     tol_file = Path(args.tolerance_file) if args.tolerance_file else base_dir / "tolerances.yaml"
     default, per = load_tolerances(tol_file if tol_file.is_file() or args.tolerance_file else None)
     exps = find_experiments(Path(args.experiments), args.only)
+    if not exps and args.only:
+        raise ConfigError("--only", ", ".join(args.only), f"no experiment YAML in "
+                          f"{args.experiments} with a regress: key has this file stem")  # fmt: skip
     if not exps:
         raise ConfigError(args.experiments, "", "no experiment YAML with a regress: key here")
     failed = 0
     runs = 0
     for path in exps:
+        bfile = base_dir / f"{path.stem}.json"
+        old = _read(bfile)  # a broken baseline fails before the runs, not after
         new = run_experiment(path, args.jobs)
         runs += len(new)
-        bfile = base_dir / f"{path.stem}.json"
         if args.update:
             errors = {k: v["error"] for k, v in new.items() if "error" in v}
             if errors:
@@ -163,7 +199,6 @@ def regress_cli(args) -> int:
                 for k, e in errors.items():
                     print(f"    {k}: {e}")
                 continue
-            old = _read(bfile)
             base_dir.mkdir(parents=True, exist_ok=True)
             doc = {"experiment": path.stem, "source": str(path), "points": new}
             bfile.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
@@ -173,7 +208,6 @@ def regress_cli(args) -> int:
                 f"({len(new)} runs{f', {n} metrics moved' if old else ''}) -> {bfile}"
             )
             continue
-        old = _read(bfile)
         if old is None:
             failed += 1
             print(f"{path.stem}: FAIL no baseline {bfile} (create it with --update)")
@@ -190,7 +224,19 @@ def regress_cli(args) -> int:
 
 
 def _read(path: Path) -> dict | None:
-    return json.loads(path.read_text())["points"] if path.is_file() else None
+    """A baseline's points (None when there is no baseline file yet)."""
+    if not path.is_file():
+        return None
+    points = read_json(path).get("points")
+    if not isinstance(points, dict) or not all(isinstance(v, dict) for v in points.values()):
+        raise ConfigError(str(path), "points", "expected a mapping of point: metrics "
+                          "(rewrite the baseline with --update)")  # fmt: skip
+    for name, metrics in points.items():
+        for m in MAIN_METRICS:
+            v = metrics.get(m)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                raise ConfigError(str(path), f"points.{name}.{m}", f"expected a number, got {v!r}")
+    return points
 
 
 def _findings(old: dict, new: dict, default: dict, per: dict) -> dict:

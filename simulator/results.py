@@ -65,15 +65,9 @@ def _plain(obj):
 def format_summary(summary: dict, name: str = "") -> str:
     """A one-screen table of the run's main numbers."""
     lines = []
-    r = summary["requests"]
     lat = summary["latency_model"]
     lines.append(f"servesim run {name}  [latency model: {lat.get('name', '?')}]")
-    cuts = summary["requests"].get("cut_by_workload_limits") or {}
-    cut_txt = ", ".join(f"{k}: {v}" for k, v in cuts.items() if v) or "none"
-    lines.append(
-        f"requests: {r['arrived']} arrived, {r['completed']} completed, {r['rejected']} rejected, "
-        f"{r['unfinished']} unfinished; cut by workload limits: {cut_txt}"
-    )
+    lines += _request_lines(summary)
     lines.append(f"{'metric':<10}{'mean':>10}{'p50':>10}{'p90':>10}{'p95':>10}{'p99':>10}  (ms)")
     for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E")):
         d = summary[key]
@@ -109,3 +103,27 @@ def format_summary(summary: dict, name: str = "") -> str:
     for w in lat.get("warnings", []) or []:
         lines.append(f"warning: {w}")
     return "\n".join(lines)
+
+
+def _request_lines(summary: dict) -> list[str]:
+    """The request account (every request of the workload in exactly one count), the reject
+    causes with their counts, and whether the seed mattered."""
+    r = summary["requests"]
+    cuts = r.get("cut_by_workload_limits") or {}
+    cut_txt = ", ".join(f"{k}: {v}" for k, v in cuts.items() if v) or "none"
+    late = r.get("not_arrived_by_horizon") or 0
+    late_txt = f", {late} not arrived by the horizon" if late else ""
+    lines = [
+        f"requests: {r['arrived']} arrived, {r['completed']} completed, {r['rejected']} rejected, "
+        f"{r['unfinished']} unfinished{late_txt}; cut by workload limits: {cut_txt}"
+    ]
+    causes = r.get("reject_causes") or {}
+    if causes:
+        lines.append("rejected: " + "; ".join(f"{n} x {cause}" for cause, n in causes.items()))
+    seed = summary.get("seed")
+    if isinstance(seed, dict) and not seed.get("matters"):
+        lines.append(
+            f"seed {seed['value']}: no random draws (trace replayed as recorded), so every seed "
+            "gives these results"
+        )
+    return lines

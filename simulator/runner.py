@@ -20,8 +20,8 @@ from policies.routing import ROUTERS
 from simulator import latency as _latency  # noqa: F401  (package init)
 from simulator.cfg import Section
 from simulator.cluster import Cluster
-from simulator.config import TOP_LEVEL
-from simulator.engine import EngineSpec, mark_all_used
+from simulator.config import TOP_LEVEL, folder_name_problem
+from simulator.engine import MAX_REPLICAS, EngineSpec, mark_all_used
 from simulator.errors import ConfigError
 from simulator.executor import SimulatedExecutor
 from simulator.hardware import GPUSpec, load_gpu
@@ -53,6 +53,8 @@ class Built:
     make_replicas: object
     router: object
     resolved: dict = field(default_factory=dict)
+    #: the SeedSequence the policies' generators are spawned from (one child per replica)
+    policy_seed: object = None
 
 
 @dataclass
@@ -70,6 +72,8 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
         if key not in TOP_LEVEL:
             raise top.error(str(key), f"unknown section (known: {', '.join(TOP_LEVEL)})")
     name = top.str("name", Path(where).stem)
+    if folder_name_problem(name):
+        raise top.error("name", folder_name_problem(name))
     top.str("description", "")
     seed = top.int("seed", 0, min=0) if seed is None else seed
     ss = np.random.SeedSequence(seed)
@@ -125,7 +129,7 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
         num_blocks = min(disagg.prefill.num_blocks, disagg.decode.num_blocks)
         block_size = disagg.prefill.block_size
     else:
-        num_replicas = cl.int("replicas", 1, min=1)
+        num_replicas = cl.int("replicas", 1, min=1, max=MAX_REPLICAS)
     cl.done()
     kvs.done()
 
@@ -189,16 +193,18 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
     }
     return Built(
         name, seed, model, gpu, tp, workload, latency, slo, price, horizon_s, coalesce,
-        make_replicas, router, resolved,
+        make_replicas, router, resolved, policy_seed,
     )  # fmt: skip
 
 
-def simulate(built: Built, executor_factory=None) -> Results:
+def simulate(built: Built, executor_factory=None, progress=None) -> Results:
     """Run one built experiment to completion (or to its horizon).
 
     ``executor_factory(latency, replica_index) -> StepExecutor`` (default: SimulatedExecutor of
     the built latency model) lets the same run execute its steps elsewhere, e.g. on a real GPU
     (profiles/real_executor.py); policies, arrivals and metrics are unchanged.
+    ``progress(now_s, requests)`` is called every few thousand events (a terminal's progress
+    line); it only reads, so results are the same with or without it.
     """
     t0 = time.perf_counter()
     env = simpy.Environment()
@@ -209,13 +215,15 @@ def simulate(built: Built, executor_factory=None) -> Results:
     )  # fmt: skip
     replicas = built.make_replicas(env, cluster, executor_factory)
     cluster.start()
-    if built.horizon_s is not None:
+    if progress is None:
         env.run(until=built.horizon_s)
+    else:
+        _run_reporting(env, built.horizon_s, lambda: progress(env.now, cluster.requests))
+    if built.horizon_s is not None:
         end_s = built.horizon_s
         for rep in replicas:
             rep.sync()
     else:
-        env.run()
         end_s = env.now
     cols = cluster.log.table(frontend.output_s if frontend else 0.0)
     steps = step_arrays(replicas, release=True)
@@ -228,6 +236,7 @@ def simulate(built: Built, executor_factory=None) -> Results:
     )
     summary["requests"]["cut_by_workload_limits"] = dict(built.workload.cuts)
     summary["workload"] = built.workload.info
+    summary["seed"] = seed_record(built, replicas)
     summary["latency_model"] = built.latency.describe()
     summary["kv_cache"] = {
         "allocator": getattr(replicas[0].kv, "kind", "paged"),
@@ -240,6 +249,50 @@ def simulate(built: Built, executor_factory=None) -> Results:
         summary["disaggregation"] = cluster.describe()
     _check_conservation(cluster, replicas, horizon=built.horizon_s is not None)
     return Results(summary, cols, steps, built.resolved, time.perf_counter() - t0)
+
+
+def _run_reporting(env: simpy.Environment, until: float | None, report, every: int = 4096):
+    """``env.run(until)`` step by step, calling ``report()`` every ``every`` events.
+
+    Why not ``env.run`` in slices: a slice boundary adds an event and moves ``env.now`` to it
+    even when the queue empties first. This loop is ``simpy.Environment.run`` itself (the same
+    stop event, scheduled at the same point), so the run is event for event the same.
+    """
+    if until is not None:
+        stop = simpy.Event(env)
+        stop._ok, stop._value = True, None
+        env.schedule(stop, simpy.core.URGENT, until - env.now)
+        stop.callbacks.append(simpy.core.StopSimulation.callback)
+    count = 0
+    try:
+        while True:
+            env.step()
+            count += 1
+            if count % every == 0:
+                report()
+    except (simpy.core.StopSimulation, simpy.core.EmptySchedule):
+        pass
+    report()
+
+
+def seed_record(built: Built, replicas) -> dict:
+    """The seed, and which random streams were drawn from: a trace replayed as recorded by a
+    policy that draws nothing gives the same results for every seed, and says so."""
+    draws = list(built.workload.random_draws)
+    if built.policy_seed is not None:
+        streams = np.random.SeedSequence(
+            built.policy_seed.entropy, spawn_key=built.policy_seed.spawn_key
+        )
+        for rep in replicas:  # replica i got the i-th child stream (colocated and P/D alike)
+            fresh = np.random.default_rng(streams.spawn(1)[0]).bit_generator.state
+            rng = (getattr(rep.policy, "engine", None) or {}).get("rng")
+            if rng is not None and rng.bit_generator.state != fresh:
+                draws.append(f"policy (replica {rep.index})")
+    return {
+        "value": built.seed,
+        "random_draws": draws,
+        "matters": bool(draws),
+    }
 
 
 def _check_conservation(cluster, replicas, horizon: bool) -> None:

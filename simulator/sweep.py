@@ -28,7 +28,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from simulator.config import TOOLING_KEYS, apply_overrides
+from simulator.config import TOOLING_KEYS, apply_overrides, blame_overrides
 from simulator.errors import ConfigError
 
 
@@ -124,6 +124,7 @@ class Task:
     point: Point
     done_hash: str | None  # hash in the folder's point.json if it finished before
     write_dir: str | None  # where the worker writes; None = return results to the caller
+    overrides: tuple[str, ...] = ()  # the command line's --set items (errors name them)
 
 
 def run_task(task: Task) -> dict:
@@ -135,7 +136,8 @@ def run_task(task: Task) -> dict:
     rec = {"folder": task.point.folder, "status": "failed", "hash": None, "error": None}
     built = None
     try:
-        built = build(task.config, task.where, Path(task.base_dir), seed=task.point.seed)
+        with blame_overrides(task.where, list(task.overrides)):
+            built = build(task.config, task.where, Path(task.base_dir), seed=task.point.seed)
         rec["hash"] = config_hash(built.resolved)
         if task.done_hash == rec["hash"]:
             rec["status"] = "skipped"

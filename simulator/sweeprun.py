@@ -85,8 +85,10 @@ def run_sweep(
     address: str | None = None,
     progress: bool = True,
     stream=None,
+    overrides: list[str] | None = None,
 ) -> pd.DataFrame:
-    """Run every point of the sweep in ``config`` into ``out``; return (and write) the index."""
+    """Run every point of the sweep in ``config`` into ``out``; return (and write) the index.
+    ``overrides`` are the ``--set`` items already applied to ``config`` (errors name them)."""
     base, points = expand(config, where)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -101,6 +103,7 @@ def run_sweep(
             p,
             read_done_hash(out / p.folder),
             None if remote else str(out.resolve()),
+            tuple(overrides or ()),
         )  # fmt: skip
         for p in points
     ]

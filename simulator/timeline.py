@@ -22,7 +22,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from simulator.collect import REQUEST_FILLED, REQUEST_NUMBERS, STEP_COLUMNS, read_results_csv
 from simulator.errors import ConfigError
+from simulator.files import check_out_file
+from simulator.results import REQUEST_COLUMNS
 
 STEP_ARGS = ("prefill_tokens", "prefill_seqs", "decode_seqs", "decode_ctx", "prefill_attn",
              "kv_blocks_used", "num_waiting", "num_running")  # fmt: skip
@@ -103,13 +106,14 @@ def write_timeline(run_dir: Path, out: Path) -> int:
         if not p.is_file():
             raise ConfigError(str(run_dir), "", f"no {p.name} here (a run folder written "
                               "without --no-steps is needed)")  # fmt: skip
-    steps = pd.read_csv(steps_p)
-    requests = pd.read_csv(req_p, keep_default_na=False, na_values=[""])
+    steps = read_results_csv(steps_p, STEP_COLUMNS, STEP_COLUMNS, STEP_COLUMNS)
+    requests = read_results_csv(req_p, REQUEST_COLUMNS, REQUEST_NUMBERS, REQUEST_FILLED,
+                                keep_default_na=False, na_values=[""])  # fmt: skip
     requests["reject_reason"] = requests["reject_reason"].astype(object).fillna("")
     events = build_events(steps, requests)
     doc = {"traceEvents": events, "displayTimeUnit": "ms",
            "otherData": {"run": str(run_dir), "time": "simulated"}}  # fmt: skip
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    check_out_file(out)
     Path(out).write_text(json.dumps(doc, separators=(",", ":")))
     return len(events)
 

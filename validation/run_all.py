@@ -76,7 +76,7 @@ def phase_report(real_dir: Path) -> int:
             continue
         cfg, where, base = validate.prepare(str(HERE / "configs" / cfg_name), sets)
         real = validate.load_real(src)
-        sim, latency = validate.run_sim(cfg, where, base)
+        sim, latency = validate.run_sim(cfg, where, base, real, str(src))
         rep = validate.build_report(case, sim, real, latency)
         dest = HERE / case
         validate.write_report(rep, dest)

@@ -117,7 +117,9 @@ def build_workload(sec: Section, rng: np.random.Generator, base_dir: Path) -> Wo
             " synthetic arrival process",
         )
 
-    arrival_rng, input_rng, output_rng, order_rng = child_streams(rng, len(STREAMS))
+    streams = child_streams(rng, len(STREAMS))
+    fresh = [g.bit_generator.state for g in streams]
+    arrival_rng, input_rng, output_rng, order_rng = streams
     cuts: dict[str, int] = {}
     notes: dict = {}  # counts found on the way, appended to info at the end
     n, horizon = _request_count(sec, trace, num_requests, limits, cuts, notes)
@@ -167,7 +169,12 @@ def build_workload(sec: Section, rng: np.random.Generator, base_dir: Path) -> Wo
     info = _describe(trace, arrival, input_dist, output_dist, limits, times, prompt, output)
     info.update(notes)
     source = f"trace:{trace.text}" if trace else f"synthetic:{arrival.name}"
-    return Workload(requests=requests, source=source, cuts=cuts, info=info)
+    drew = tuple(
+        name
+        for name, g, s in zip(STREAMS, streams, fresh, strict=True)
+        if g.bit_generator.state != s
+    )
+    return Workload(requests=requests, source=source, cuts=cuts, info=info, random_draws=drew)
 
 
 # ---------------------------------------------------------------------------- config readers

@@ -19,8 +19,10 @@ exact; the shipped traces load in tens of milliseconds.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
+import warnings
 from dataclasses import dataclass, replace
 from itertools import chain
 from pathlib import Path
@@ -28,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from simulator.errors import ConfigError
+from simulator.files import read_text
 
 FORMATS = ("azure", "mooncake", "lengths", "vidur")
 MOONCAKE_BLOCK_SIZE = 512
@@ -145,15 +148,19 @@ def _load_azure(path: Path) -> Trace:
 def _wall_clock_ns(path: Path, col: Column) -> np.ndarray:
     """ISO-8601 wall-clock strings ("2023-11-16 18:15:46.6805900") as int64 nanoseconds."""
     example = "expected a timestamp like 2023-11-16 18:15:46.6805900, got {value}"
-    try:
-        stamps = np.array(col.values, dtype="datetime64[ns]")
-    except ValueError:
-        for i, value in enumerate(col.values):
-            try:
-                np.datetime64(value, "ns")
-            except ValueError:
-                raise col.error(path, i, example) from None
-        raise AssertionError("unreachable: the array parse failed, so some cell is bad") from None
+    with warnings.catch_warnings():
+        # a UTC offset ("...46Z", "...46+01:00") is applied, which is right for arrival gaps;
+        # numpy's deprecation warning about it would only look like a crash to the user
+        warnings.filterwarnings("ignore", "no explicit representation of timezones")
+        try:
+            stamps = np.array(col.values, dtype="datetime64[ns]")
+        except ValueError:
+            for i, value in enumerate(col.values):
+                try:
+                    np.datetime64(value, "ns")
+                except ValueError:
+                    raise col.error(path, i, example) from None
+            raise AssertionError("unreachable: the array parse failed, so a cell is bad") from None
     missing = np.flatnonzero(np.isnat(stamps))
     if len(missing):
         raise col.error(path, missing[0], example)
@@ -222,10 +229,23 @@ class Column:
 def _csv_header(path: Path) -> tuple[list[str], int]:
     with _open(path) as handle:
         reader = csv.reader(handle)
+        return _header(path, reader), reader.line_num
+
+
+def _header(path: Path, reader) -> list[str]:
+    """The first non-empty row, stripped; an empty file is an error."""
+    try:
         for fields in reader:
             if fields:
-                return [f.strip() for f in fields], reader.line_num
+                return [f.strip() for f in fields]
+    except csv.Error as exc:
+        raise _csv_error(path, exc, reader.line_num, 0) from None
     raise TraceFormatError(path, "the file is empty (no CSV header)")
+
+
+def _csv_error(path: Path, exc: csv.Error, line: int, row: int) -> TraceFormatError:
+    """The csv module's own errors (a field over its 128 KiB limit, a NUL byte) as a bad row."""
+    return TraceFormatError(path, f"not valid CSV ({exc})", line, row)
 
 
 def _csv_columns(path: Path, wanted: tuple[str, ...]) -> dict[str, Column]:
@@ -235,13 +255,7 @@ def _csv_columns(path: Path, wanted: tuple[str, ...]) -> dict[str, Column]:
     """
     with _open(path) as handle:
         reader = csv.reader(handle)
-        header = None
-        for fields in reader:
-            if fields:
-                header = [f.strip() for f in fields]
-                break
-        if header is None:
-            raise TraceFormatError(path, "the file is empty (no CSV header)")
+        header = _header(path, reader)
         missing = [name for name in wanted if name not in header]
         if missing:
             raise TraceFormatError(
@@ -249,19 +263,10 @@ def _csv_columns(path: Path, wanted: tuple[str, ...]) -> dict[str, Column]:
             )
         rows: list[list[str]] = []
         lines: list[int] = []
-        width = len(header)
-        for fields in reader:
-            if len(fields) != width:
-                if not fields:
-                    continue  # an empty line
-                raise TraceFormatError(
-                    path,
-                    f"expected {width} fields like the header, got {len(fields)}",
-                    reader.line_num,
-                    len(rows) + 1,
-                )
-            rows.append(fields)
-            lines.append(reader.line_num)
+        try:
+            _read_rows(path, reader, len(header), rows, lines)
+        except csv.Error as exc:
+            raise _csv_error(path, exc, reader.line_num, len(rows) + 1) from None
     if not rows:
         raise TraceFormatError(path, "the file has a header but no data rows")
     out = {}
@@ -269,6 +274,22 @@ def _csv_columns(path: Path, wanted: tuple[str, ...]) -> dict[str, Column]:
         i = header.index(name)
         out[name] = Column(name, [fields[i] for fields in rows], lines)
     return out
+
+
+def _read_rows(path: Path, reader, width: int, rows: list, lines: list) -> None:
+    """Append every data row (and its line) to ``rows``/``lines``; empty lines are skipped."""
+    for fields in reader:
+        if len(fields) != width:
+            if not fields:
+                continue  # an empty line
+            raise TraceFormatError(
+                path,
+                f"expected {width} fields like the header, got {len(fields)}",
+                reader.line_num,
+                len(rows) + 1,
+            )
+        rows.append(fields)
+        lines.append(reader.line_num)
 
 
 def _jsonl_records(path: Path) -> tuple[list[int], list[dict]]:
@@ -282,7 +303,7 @@ def _jsonl_records(path: Path) -> tuple[list[int], list[dict]]:
     lines = [i for i, text in enumerate(texts, start=1) if text.strip()]
     try:
         records = json.loads("[" + ",".join(texts[i - 1] for i in lines) + "]")
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         records = None
     if records is None or len(records) != len(lines):
         records = []
@@ -291,6 +312,8 @@ def _jsonl_records(path: Path) -> tuple[list[int], list[dict]]:
                 records.append(json.loads(texts[line - 1]))
             except json.JSONDecodeError as exc:
                 raise TraceFormatError(path, f"not valid JSON ({exc.msg})", line, row) from None
+            except RecursionError:
+                raise TraceFormatError(path, "JSON nested too deeply", line, row) from None
     if not records:
         raise TraceFormatError(path, "the file has no JSON rows")
     if set(map(type, records)) != {dict}:
@@ -404,11 +427,15 @@ def _hash_tuples(
     raise AssertionError("unreachable: the fast path failed, so some row is bad")
 
 
-def _open(path: Path):
+def _open(path: Path) -> io.StringIO:
+    """The file's text (UTF-8, BOM dropped, line ends kept for the csv module); a missing,
+    unreadable, binary or non-UTF-8 file is a TraceFormatError naming it."""
     try:
-        return open(path, encoding="utf-8-sig", newline="")
-    except OSError as exc:
-        raise TraceFormatError(path, f"cannot read the file ({exc.strerror})") from None
+        text = read_text(path, "trace file")
+    except ConfigError as exc:
+        detail = f"{exc.key}: {exc.message}" if exc.key else exc.message
+        raise TraceFormatError(path, detail) from None
+    return io.StringIO(text, newline="")
 
 
 def _show(value) -> str:

@@ -108,3 +108,6 @@ class Workload:
     cuts: dict[str, int] = field(default_factory=dict)
     # info for summary.json: e.g. {"arrival": "poisson", "rate_per_s": 5.0, "trace": "..."}
     info: dict = field(default_factory=dict)
+    #: the random streams (``workloads.build.STREAMS``) the build drew from; empty for a trace
+    #: replayed as recorded, whose requests then do not depend on the seed
+    random_draws: tuple[str, ...] = ()

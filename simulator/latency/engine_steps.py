@@ -39,14 +39,15 @@ from __future__ import annotations
 
 import bisect
 import csv
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import yaml
 from scipy.optimize import linprog
 
 from simulator.errors import ConfigError
+from simulator.files import load_yaml_file, read_text
 
 STEP_COLUMNS = [
     "step_id",
@@ -331,12 +332,16 @@ def _usable(r: dict) -> bool:
     return not r["burst"] and r["target"] is not None and r["target"] > 0
 
 
+def is_engine_table(table_dir: str | Path) -> bool:
+    """Whether the table in ``table_dir`` holds whole engine steps (``kind: engine_steps``);
+    an unreadable ``meta.yaml`` is a ConfigError naming it."""
+    meta = Path(table_dir) / "meta.yaml"
+    return meta.is_file() and "kind: engine_steps" in read_text(meta, "table meta.yaml")
+
+
 def _read_meta(table_dir: Path) -> dict:
     path = table_dir / "meta.yaml"
-    try:
-        meta = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise ConfigError(str(path), "", f"cannot read ({e.strerror})") from None
+    meta = load_yaml_file(path, "table meta.yaml")
     for key in ("engine", "gpu", "model", "tp"):
         if not isinstance(meta, dict) or key not in meta:
             raise ConfigError(str(path), key, "missing (an engine-steps table's meta)")
@@ -349,27 +354,20 @@ _INT = tuple(c for c in STEP_COLUMNS if c not in ("scenario", "split", "prefill_
 
 def read_steps_csv(path: Path) -> list[dict]:
     """Rows of an engine-steps ``steps.csv``; a bad header or value names the file and line."""
-    try:
-        f = open(path, newline="")
-    except OSError as e:
-        raise ConfigError(str(path), "", f"cannot read ({e.strerror})") from None
-    with f:
-        reader = csv.DictReader(f)
-        missing = [c for c in STEP_COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ConfigError(str(path), "header", f"missing columns {missing}")
-        rows = []
-        for line, raw in enumerate(reader, start=2):
-            try:
-                r = {c: int(raw[c]) for c in _INT}
-                r["prefill_attn"] = float(raw["prefill_attn"])
-                r["dur_us"] = float(raw["dur_us"])
-            except (TypeError, ValueError):
-                raise ConfigError(
-                    str(path), f"line {line}", f"expected numbers, got {raw}"
-                ) from None
-            if raw["split"] not in ("train", "test") or r["dur_us"] <= 0:
-                raise ConfigError(str(path), f"line {line}", "split must be train|test, dur_us > 0")
-            r["scenario"], r["split"] = raw["scenario"], raw["split"]
-            rows.append(r)
+    reader = csv.DictReader(io.StringIO(read_text(path, "steps.csv table"), newline=""))
+    missing = [c for c in STEP_COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise ConfigError(str(path), "header", f"missing columns {missing}")
+    rows = []
+    for line, raw in enumerate(reader, start=2):
+        try:
+            r = {c: int(raw[c]) for c in _INT}
+            r["prefill_attn"] = float(raw["prefill_attn"])
+            r["dur_us"] = float(raw["dur_us"])
+        except (TypeError, ValueError):
+            raise ConfigError(str(path), f"line {line}", f"expected numbers, got {raw}") from None
+        if raw["split"] not in ("train", "test") or r["dur_us"] <= 0:
+            raise ConfigError(str(path), f"line {line}", "split must be train|test, dur_us > 0")
+        r["scenario"], r["split"] = raw["scenario"], raw["split"]
+        rows.append(r)
     return rows

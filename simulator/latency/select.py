@@ -98,9 +98,9 @@ def build_latency(
         return lat
     if overhead_ms is not None:
         raise sec.error("step_overhead_ms", "only the roofline model takes a fixed overhead")
-    if (table_dir / "meta.yaml").read_text().find("kind: engine_steps") >= 0:
-        from simulator.latency.engine_steps import EngineStepModel
+    from simulator.latency.engine_steps import EngineStepModel, is_engine_table
 
+    if is_engine_table(table_dir):
         return EngineStepModel(table_dir, model.name, tp)
     from simulator.latency.profiled import ProfileLatencyModel
 

@@ -1,0 +1,143 @@
+"""Reading users' files and checking output folders, with errors that name the file.
+
+Why one module: every input format (experiment YAML, traces, length tables, profile tables,
+tolerance files) must fail the same way on a file that is missing, a folder, unreadable, binary
+or not UTF-8: one `ConfigError` naming the file and what was expected, never a
+``UnicodeDecodeError`` traceback. YAML is read strictly: a key given twice in one mapping is an
+error naming the key and both lines (PyYAML keeps the last value without a word).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simulator.errors import ConfigError
+
+
+def read_text(path: str | Path, what: str = "file") -> str:
+    """The whole file as UTF-8 text (a leading BOM dropped); ConfigError when it is not one."""
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(str(path), "", f"is a folder, not a file ({what} expected)")
+    if not p.exists():
+        raise ConfigError(str(path), "", f"file not found ({what} expected)")
+    if not p.is_file():  # a device or pipe (/dev/zero) would be read forever
+        raise ConfigError(str(path), "", f"not a regular file (a device or pipe; {what} expected)")
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise ConfigError(str(path), "", f"cannot read the file ({e.strerror})") from None
+    return decode_text(data, str(path), what)
+
+
+def decode_text(data: bytes, where: str, what: str = "file") -> str:
+    """``data`` as UTF-8; a binary or otherwise encoded file names its first bad byte's line."""
+    if b"\x00" in data[:8192]:
+        raise ConfigError(where, "", f"looks like a binary (or UTF-16) file, not a text {what} "
+                          "in UTF-8")  # fmt: skip
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise ConfigError(
+            where,
+            f"line {line}",
+            f"not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}); "
+            f"save the {what} as UTF-8",
+        ) from None
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """YAML text to Python data, refusing duplicate keys; errors name ``where`` and the line."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if node is not None:
+            _check_duplicates(node, where, "", {})
+        return yaml.safe_load(text)
+    except RecursionError:
+        raise ConfigError(
+            where, "", "not readable: nested too deeply (hundreds of levels)"
+        ) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(where, "", f"not valid YAML{at}: {getattr(e, 'problem', e)}") from None
+
+
+def load_yaml_file(path: str | Path, what: str = "YAML file") -> Any:
+    """`read_text` + `parse_yaml`."""
+    return parse_yaml(read_text(path, what), str(path))
+
+
+def _check_duplicates(node: yaml.Node, where: str, path: str, open_nodes: dict) -> None:
+    """Walk a composed YAML tree; a key repeated in one mapping raises, naming both lines, and
+    so does an alias inside the node it names (``&a [*a]``: a value that contains itself,
+    which no reader can walk)."""
+    state = open_nodes.get(id(node))  # None: not seen; "open": on the path here; "done"
+    if state == "open":
+        line = node.start_mark.line + 1
+        raise ConfigError(where, path or "<top>", f"the value (line {line}) contains itself "
+                          "through a YAML alias")  # fmt: skip
+    if isinstance(node, yaml.CollectionNode) and state is None:  # "done": checked already
+        open_nodes[id(node)] = "open"
+        _check_children(node, where, path, open_nodes)
+        open_nodes[id(node)] = "done"
+
+
+def _check_children(node: yaml.CollectionNode, where: str, path: str, open_nodes: dict) -> None:
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else None
+            if key is not None and key != "<<":
+                dotted = f"{path}.{key}" if path else key
+                line = key_node.start_mark.line + 1
+                if key in seen:
+                    raise ConfigError(
+                        where,
+                        dotted,
+                        f"duplicate key: given at line {seen[key]} and again at line {line} "
+                        "(YAML would silently keep the last one)",
+                    )
+                seen[key] = line
+            child = f"{path}.{key}" if path and key else (key or path)
+            _check_duplicates(key_node, where, path, open_nodes)
+            _check_duplicates(value_node, where, child, open_nodes)
+    else:
+        for i, item in enumerate(node.value):
+            _check_duplicates(item, where, f"{path}[{i}]", open_nodes)
+
+
+def check_out_dir(path: str | Path, option: str = "--out") -> Path:
+    """Create the output folder now, before any work, so a bad ``--out`` fails in a second.
+
+    Refused: an existing file, a folder under a file, a place that cannot be written.
+    """
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise ConfigError(option, str(path), "is a file; expected a folder for the results")
+    for parent in p.parents:
+        if parent.exists() and not parent.is_dir():
+            raise ConfigError(
+                option, str(path), f"{parent} is a file, so no folder can be made under it"
+            )
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(option, str(path), f"cannot create the folder ({e.strerror})") from None
+    if not os.access(p, os.W_OK):
+        raise ConfigError(option, str(path), "the folder is not writable")
+    return p
+
+
+def check_out_file(path: str | Path, option: str = "--out") -> Path:
+    """An output file's folder exists (or is made) and the file itself is not a folder."""
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(option, str(path), "is a folder; expected a file name")
+    check_out_dir(p.parent if str(p.parent) else Path("."), option)
+    return p
