@@ -32,6 +32,7 @@ from profiles.torch_model import MIXED_MODES
 from simulator.argtypes import positive_float, positive_int
 from simulator.errors import ConfigError
 from simulator.files import check_out_dir, load_yaml_file
+from simulator.latency.base import STEP_FEATURES
 
 #: meta.yaml's description of each mixed-step mode, and the table variant it names
 MIXED_STEPS_NOTE = {
@@ -147,14 +148,7 @@ DIFF_KEYS = {
     "attn_decode_padded.csv": ("batch", "padded_to", "total_ctx", "uneven"),
     "attn_prefill.csv": ("seqs", "chunk", "context_before"),
     "allreduce.csv": ("tp", "tokens"),
-    "steps.csv": (
-        "prefill_tokens",
-        "prefill_attn",
-        "prefill_seqs",
-        "decode_seqs",
-        "decode_ctx",
-        "decode_max",
-    ),
+    "steps.csv": STEP_FEATURES,
 }
 
 

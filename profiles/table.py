@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 from simulator.errors import ConfigError
 from simulator.files import load_yaml_file, read_text
+from simulator.latency.base import STEP_FEATURES
 
 SCHEMA_VERSION = 1
 
@@ -242,12 +243,7 @@ def csv_columns(name: str) -> list[str]:
             "step_id",
             "kind",
             "cuda_graph",
-            "prefill_tokens",
-            "prefill_attn",
-            "prefill_seqs",
-            "decode_seqs",
-            "decode_ctx",
-            "decode_max",
+            *STEP_FEATURES,
             "includes_allreduce",
             "split",
         ],

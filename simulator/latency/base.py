@@ -27,6 +27,12 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
+#: the features above, in `StepLatencyModel.step_time`'s argument order (and every step
+#: table's column order)
+STEP_FEATURES = (
+    "prefill_tokens", "prefill_attn", "prefill_seqs", "decode_seqs", "decode_ctx", "decode_max",
+)  # fmt: skip
+
 
 @runtime_checkable
 class StepLatencyModel(Protocol):

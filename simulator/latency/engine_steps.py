@@ -48,22 +48,12 @@ from scipy.optimize import linprog
 
 from simulator.errors import ConfigError
 from simulator.files import load_yaml_file, read_text
+from simulator.latency.base import STEP_FEATURES
 
 STEP_COLUMNS = [
-    "step_id",
-    "scenario",
-    "split",
-    "prefill_tokens",
-    "prefill_attn",
-    "prefill_seqs",
-    "decode_seqs",
-    "decode_ctx",
-    "decode_max",
-    "after_idle",
-    "burst",
-    "exposes_launch",
+    "step_id", "scenario", "split", *STEP_FEATURES, "after_idle", "burst", "exposes_launch",
     "dur_us",
-]
+]  # fmt: skip
 DECODE_KNOTS = (1, 8, 32, 64, 128, 256, 512)
 TOKEN_KNOTS = (1, 256, 1024, 4096, 8192, 16384)
 #: a training step whose first-fit relative error exceeds this many times the median is dropped
