@@ -29,7 +29,9 @@ LOADS = {
     "conv": {"light": 1.0, "moderate": 3.0, "heavy": 5.5},  # workload.arrival.rate_scale
     "arxiv": {"light": 2.0, "moderate": 4.5, "heavy": 7.0},  # workload.arrival.rate_per_s
 }
-PAIRS = (("h200", "llama-3-8b"), ("h200", "qwen2.5-7b"), ("h100", "llama-3-8b"))
+PAIRS = (
+    ("h200", "llama-3-8b"), ("h200", "qwen2.5-7b"), ("h100", "llama-3-8b"), ("h100", "qwen2.5-7b"),
+)  # fmt: skip
 
 
 def case_overrides(trace: str, load: str, gpu: str, model: str) -> list[str]:
@@ -60,6 +62,11 @@ def make_jobs(out: Path) -> None:
         (out / f"{gpu}_{model}_replay.json").write_text(json.dumps({**job, "phases": phases}))
         prof = {**job, "phases": [{"name": "profile", "kind": "profile", "seed": 0}]}
         (out / f"{gpu}_{model}_profile.json").write_text(json.dumps(prof))
+    # Llama-3-70B at TP2 on the 2-GPU machine (profile only: its validation needs the table)
+    mdir = write_model_dir(MODELS["llama-3-70b"], out / "models" / "llama-3-70b")
+    prof = {"model_dir": str(mdir), "tp": 2,
+            "phases": [{"name": "profile", "kind": "profile", "seed": 0}]}  # fmt: skip
+    (out / "h200x2_llama-3-70b_tp2_profile.json").write_text(json.dumps(prof))
 
 
 def report(real_root: Path) -> dict:
