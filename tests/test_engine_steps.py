@@ -4,6 +4,7 @@ whole-step model, its selection, and the validation report's metrics (CPU only, 
 from __future__ import annotations
 
 import csv
+import json
 import random
 from pathlib import Path
 from types import SimpleNamespace
@@ -397,3 +398,18 @@ def test_frontend_delays_move_ttft_and_e2e_not_tpot_and_keep_fifo():
     assert cols["ttft_s"][1] == pytest.approx(1.9 + 0.25 - 0.1)
     assert list(cols["tpot_s"]) == pytest.approx([1.0, 1.0])
     assert cols["e2e_s"][0] == pytest.approx(3.9 + 0.25)
+
+
+def test_validate_engine_vllm_from_a_stored_run_and_its_refusal(tmp_path, capsys):
+    from simulator.cli import main
+
+    conf = str(REPO / "validation/vllm-0.24/configs/conv.yaml")
+    real = str(REPO / "validation/vllm-0.24/real/h200_llama-3-8b")
+    args = ["validate", "--engine", "vllm", conf, "--real", real, "--name", "conv_light"]
+    assert main(args + ["--out", str(tmp_path / "ok")]) == 0
+    rep = json.loads((tmp_path / "ok" / "report.json").read_text())
+    assert rep["latency_model"] == "engine:vllm-0.24.0/h200/llama-3-8b_tp1"
+    assert rep["median_abs_err"] < 0.05 and rep["schedule_match"]["identical"] > 0.9
+    bad = args + ["--set", "workload.arrival.rate_scale=3", "--out", str(tmp_path / "bad")]
+    assert main(bad) == 2
+    assert "not a run of this experiment" in capsys.readouterr().err
