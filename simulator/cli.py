@@ -204,10 +204,15 @@ def make_parser() -> argparse.ArgumentParser:
 
     sub.add_parser(
         "profile",
-        help="profile GPU kernels into latency tables (needs torch+CUDA); `profile report DIR` "
-        "and `profile diff OLD NEW` read tables without a GPU",
+        help="profile GPU kernels into latency tables (needs torch+CUDA; `--engine vllm`: whole "
+        "steps through vLLM); `profile report DIR` and `profile diff OLD NEW` read tables "
+        "without a GPU",
     )
-    sub.add_parser("validate", help="run an experiment simulated and on a real GPU; report error")
+    sub.add_parser(
+        "validate",
+        help="run an experiment simulated and on a real GPU; report error (`--engine vllm`: "
+        "against real vLLM serving, or a stored vLLM run with --real)",
+    )
     return p
 
 
