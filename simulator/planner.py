@@ -213,11 +213,31 @@ def describe_unit(built) -> dict:
     return {
         "gpu": built.gpu.name,
         "tp": built.tp,
+        "precision": precision(built.model),
         "unit_gpus": built.tp * per_unit,
         "price_per_gpu_hour": built.price_per_gpu_hour,
         "latency_model": lat.get("kind") or lat.get("name"),
         "warnings": list(lat.get("warnings") or []),
     }
+
+
+def fallback_warnings(unit: dict, rec: dict) -> list[str]:
+    """Why ``latency: auto`` gave a unit the roofline bound: said per precision and GPU, so the
+    plan's output shows which rows are optimistic bounds rather than profiled step times."""
+    latency = unit.get("latency") if isinstance(unit.get("latency"), dict) else {}
+    if latency.get("model", "auto") != "auto" or rec["latency_model"] != "roofline":
+        return []
+    if rec["precision"] != "bf16":
+        return [f"{rec['precision']} units use the roofline model: no step-latency table is "
+                "measured at that precision (the shipped tables are bf16)"]  # fmt: skip
+    return [f"{rec['gpu']} bf16 units use the roofline model: no table is shipped for this GPU, "
+            "model and TP"]  # fmt: skip
+
+
+def precision(model) -> str:
+    """A short name of a model's weight and KV widths: bf16, fp8, or w<bytes>kv<bytes>."""
+    widths = (model.bytes_per_weight, model.bytes_per_kv)
+    return {(2, 2): "bf16", (1, 1): "fp8"}.get(widths, "w{:g}kv{:g}".format(*widths))
 
 
 def tpot_floor(built) -> float:
@@ -245,6 +265,7 @@ def prune(spec: PlanSpec, unit: dict) -> dict:
             return {"status": "pruned", "prune": "memory", "reason": e.message}
         raise
     rec = {"status": "viable", **describe_unit(built)}
+    rec["warnings"] += fallback_warnings(unit, rec)
     tpot = next(s for s in spec.slos if s.metric == "tpot")
     rec["tpot_floor_s"] = floor = tpot_floor(built)
     if floor > tpot.limit_s:
@@ -493,8 +514,8 @@ def plan(spec: PlanSpec, out: Path, *, jobs: int = 1, backend: str = "local",
 
 
 TABLE_COLUMNS = (
-    "rank", "point", "status", "gpu", "tp", "unit_gpus", "capacity_rps", "replicas", "gpus",
-    "price_per_gpu_hour", "usd_per_hour", "ttft_p95_s", "tpot_p95_s", "attainment",
+    "rank", "point", "status", "gpu", "tp", "precision", "unit_gpus", "capacity_rps", "replicas",
+    "gpus", "price_per_gpu_hour", "usd_per_hour", "ttft_p95_s", "tpot_p95_s", "attainment",
     "metrics_from", "verified", "answer", "tpot_floor_s", "latency_model", "sims", "resumed",
     "reason",
 )  # fmt: skip

@@ -356,9 +356,9 @@ def plot_pareto(plan_csv: Path, out_png: Path) -> Path | None:
         ax.scatter(answer["usd_per_hour"], answer["ttft_p95_s"] * 1000, s=220,
                    facecolors="none", edgecolors="C3", linewidths=2, label="answer")  # fmt: skip
     for _, r in df.iterrows():
-        ax.annotate(f"{r['gpu']} tp{int(r['tp'])} x{int(r['replicas'])}", (r["usd_per_hour"],
-                    r["ttft_p95_s"] * 1000), fontsize=7, xytext=(4, 3),
-                    textcoords="offset points")  # fmt: skip
+        label = f"{r['gpu']} tp{int(r['tp'])} {r['precision']} x{int(r['replicas'])}"
+        ax.annotate(label, (r["usd_per_hour"], r["ttft_p95_s"] * 1000), fontsize=7,
+                    xytext=(4, 3), textcoords="offset points")  # fmt: skip
     ax.set_xlabel("cost ($/hour)")
     ax.set_ylabel("p95 TTFT (ms)")
     ax.set_title("servesim plan: cost vs p95 TTFT (verified: all units at the target rate; "

@@ -23,7 +23,7 @@ import yaml
 
 from simulator.cli import main
 from simulator.errors import ConfigError
-from simulator.planner import plan, read_plan, scaled_config
+from simulator.planner import fallback_warnings, plan, read_plan, scaled_config
 
 TINY = {
     "name": "tiny_plan",
@@ -150,3 +150,12 @@ def test_scaling_a_disaggregated_unit_multiplies_both_pools():
     assert cfg["cluster"]["prefill"]["replicas"] == 3 and cfg["cluster"]["decode"]["replicas"] == 6
     assert cfg["workload"]["arrival"]["rate_per_s"] == 50.0
     assert unit["cluster"]["decode"]["replicas"] == 2  # the unit itself is left as it was
+
+
+def test_units_given_the_roofline_by_latency_auto_say_why():
+    fp8 = {"latency_model": "roofline", "precision": "fp8", "gpu": "h100-sxm", "tp": 4}
+    assert "no step-latency table is measured at that precision" in fallback_warnings({}, fp8)[0]
+    bf16 = {**fp8, "precision": "bf16"}
+    assert "no table is shipped for this GPU" in fallback_warnings({"latency": {}}, bf16)[0]
+    assert fallback_warnings({"latency": {"model": "roofline"}}, fp8) == []  # asked for it
+    assert fallback_warnings({}, {**fp8, "latency_model": "profile"}) == []
