@@ -162,10 +162,7 @@ def unit_points(spec: PlanSpec) -> tuple[dict, list]:
     """The base config and one sweep `Point` per combination of the space."""
     from simulator.sweep import expand
 
-    base = copy.deepcopy(spec.experiment)
-    base.pop("seeds", None)
-    base, points = expand({**base, "sweep": spec.space}, spec.where)
-    return base, points
+    return expand({**copy.deepcopy(spec.experiment), "sweep": spec.space}, spec.where)
 
 
 def unit_config(spec: PlanSpec, base: dict, point) -> dict:
@@ -390,19 +387,30 @@ def _run_phase(run: PlanRun, jobs: list[dict], folder: Path, opts: dict) -> dict
     records, todo = {}, []
     for job in jobs:
         job["hash"] = _job_hash(job)
-        old = _reuse(folder / f"{job['name']}.json", job, opts["resume"])
+        old = _reuse(folder / record_file(job["name"]), job, opts["resume"])
         if old is not None:
             records[job["name"]] = {**old, "resumed": True}
             run.sims_reused += old.get("sims", 0)
         else:
             todo.append(job)
     for rec in run_jobs(todo, opts["jobs"], opts["backend"], opts["address"]):
-        (folder / f"{rec['name']}.json").write_text(json.dumps(rec, indent=1, default=str) + "\n")
+        text = json.dumps(rec, indent=1, default=str) + "\n"
+        (folder / record_file(rec["name"])).write_text(text)
         records[rec["name"]] = {**rec, "resumed": False}
         run.sims_run += rec.get("sims", 0)
         if opts.get("say"):
             opts["say"](f"  {rec['kind']} {rec['name']}: {rec['status']}")
     return records
+
+
+def record_file(name: str) -> str:
+    """A unit's record file: its point name, shortened with a hash where a long space would
+    pass the file system's 255-byte limit on a name."""
+    if len(name) <= 200:
+        return f"{name}.json"
+    import hashlib
+
+    return f"{name[:180]}~{hashlib.sha256(name.encode()).hexdigest()[:12]}.json"
 
 
 def _job(spec: PlanSpec, kind: str, name: str, config: dict) -> dict:

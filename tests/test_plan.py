@@ -23,7 +23,7 @@ import yaml
 
 from simulator.cli import main
 from simulator.errors import ConfigError
-from simulator.planner import fallback_warnings, plan, read_plan, scaled_config
+from simulator.planner import fallback_warnings, plan, read_plan, record_file, scaled_config
 
 TINY = {
     "name": "tiny_plan",
@@ -159,3 +159,9 @@ def test_units_given_the_roofline_by_latency_auto_say_why():
     assert "no table is shipped for this GPU" in fallback_warnings({"latency": {}}, bf16)[0]
     assert fallback_warnings({"latency": {"model": "roofline"}}, fp8) == []  # asked for it
     assert fallback_warnings({}, {**fp8, "latency_model": "profile"}) == []
+
+
+def test_long_point_names_still_make_valid_record_files():
+    short, long_a, long_b = "gpu=h200,tp=2", "x" * 300 + "a", "x" * 300 + "b"
+    assert record_file(short) == "gpu=h200,tp=2.json"
+    assert len(record_file(long_a)) < 255 and record_file(long_a) != record_file(long_b)
