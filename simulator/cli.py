@@ -130,6 +130,12 @@ def cmd_capacity(args) -> int:
     return capacity_cli(args)
 
 
+def cmd_plan(args) -> int:
+    from simulator.planner import plan_cli
+
+    return plan_cli(args)
+
+
 def cmd_timeline(args) -> int:
     from simulator.timeline import write_timeline
 
@@ -187,6 +193,7 @@ def make_parser() -> argparse.ArgumentParser:
 
     _results_parsers(sub)
     _capacity_parser(sub)
+    _plan_parser(sub)
 
     tl = sub.add_parser("timeline", help="export a run as a Chrome/Perfetto trace JSON")
     tl.add_argument("run", help="a run folder (with steps.csv and requests.csv)")
@@ -259,6 +266,23 @@ def _capacity_parser(sub) -> None:
     ca.add_argument("--jobs", "-j", type=positive_int, default=1, help="policies in parallel")
     ca.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help=SET_HELP)
     ca.set_defaults(func=cmd_capacity)
+
+
+def _plan_parser(sub) -> None:
+    pl = sub.add_parser("plan", help="cheapest deployment (GPU, TP, precision, replicas, knobs) "
+                        "that meets p95 SLOs at a target rate")  # fmt: skip
+    pl.add_argument("file", help="plan YAML: base experiment, target rate, SLOs, space, search")
+    pl.add_argument("--jobs", "-j", type=positive_int, default=1,
+                    help="units searched in parallel (>= 1, default 1)")  # fmt: skip
+    pl.add_argument("--backend", choices=["local", "ray"], default="local",
+                    help="local processes (default) or Ray, as for sweep")  # fmt: skip
+    pl.add_argument("--address", help="Ray cluster address to join (default: a local instance)")
+    pl.add_argument("--out", help="plan folder (default results/<plan name>)")
+    pl.add_argument(
+        "--resume", action="store_true", help="reuse earlier searches in --out with the same inputs"
+    )
+    pl.add_argument("--quiet", action="store_true", help="no per-unit progress lines on stderr")
+    pl.set_defaults(func=cmd_plan)
 
 
 def main(argv: list[str] | None = None) -> int:

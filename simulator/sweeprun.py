@@ -137,8 +137,12 @@ def _execute(tasks: list[Task], jobs: int, backend: str, address: str | None):
 RAY_OBJECT_STORE_BYTES = 256 * 1024**2  # a local instance's object store (results are small)
 
 
-def _ray_map(tasks: list[Task], jobs: int, address: str | None):
-    """Run ``tasks`` on Ray, yielding records as they finish.
+def _ray_map(tasks: list, jobs: int, address: str | None, fn=run_task, lost=None):
+    """Run ``fn`` on each of ``tasks`` on Ray, yielding records as they finish.
+
+    ``fn`` (default `run_task`) must never raise; ``lost(task, exc)`` makes the record of a
+    task whose worker died (default `_lost`, for sweep tasks). ``servesim plan`` passes its own
+    pair, so both commands share one way of starting and joining Ray.
 
     An already initialised Ray (``ray.init`` by the caller) is used as is and left running.
     Otherwise a local instance (``address`` None: ``jobs`` CPUs, a small object store, no
@@ -177,7 +181,7 @@ def _ray_map(tasks: list[Task], jobs: int, address: str | None):
                 "with token authentication needs RAY_AUTH_MODE=token here too)",
             ) from None  # fmt: skip
     try:
-        remote = ray.remote(num_cpus=1)(run_task)
+        remote = ray.remote(num_cpus=1)(fn)
         by_ref = {remote.remote(t): t for t in tasks}
         pending = list(by_ref)
         while pending:
@@ -185,7 +189,7 @@ def _ray_map(tasks: list[Task], jobs: int, address: str | None):
             try:
                 yield ray.get(done[0])
             except Exception as e:  # the worker died or could not run the task at all
-                yield _lost(by_ref[done[0]], e)
+                yield (lost or _lost)(by_ref[done[0]], e)
     finally:
         if owned:
             ray.shutdown()

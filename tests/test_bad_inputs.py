@@ -26,8 +26,8 @@ from simulator.cli import main
 
 HERE = Path(__file__).resolve().parent / "bad_inputs"
 REPO = HERE.parents[1]
-SUBCOMMANDS = ("run", "sweep", "plot", "compare", "capacity", "timeline", "regress", "profile",
-               "validate")  # fmt: skip
+SUBCOMMANDS = ("run", "sweep", "plot", "compare", "capacity", "plan", "timeline", "regress",
+               "profile", "validate")  # fmt: skip
 
 
 def _merge(base: dict, over: dict) -> dict:
