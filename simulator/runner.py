@@ -99,15 +99,6 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
     main = EngineSpec.parse(sched, kvs, model, gpu, tp, where)
     num_blocks, block_size = main.num_blocks, main.block_size
 
-    lat_sec = top.section("latency", {})
-    mode = (
-        top.data.get("cluster", {}).get("mode", "colocated")
-        if isinstance(top.data.get("cluster"), dict)
-        else "colocated"
-    )
-    serving_engine = "vllm" if mode == "colocated" and main.policy_cls.name == "vllm" else None
-    latency = build_latency(lat_sec, model, gpu, tp, where, base_dir, serving_engine)
-
     cl = top.section("cluster", {})
     mode = cl.str("mode", "colocated", choices=["colocated", "disaggregated"])
     rsec = cl.section("router", {"name": "round_robin"})
@@ -132,6 +123,11 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
         num_replicas = cl.int("replicas", 1, min=1, max=MAX_REPLICAS)
     cl.done()
     kvs.done()
+
+    # a table measured through a serving engine times that engine's scheduling (policy)
+    serving_engine = "vllm" if disagg is None and main.policy_cls.name == "vllm" else None
+    lat_sec = top.section("latency", {})
+    latency = build_latency(lat_sec, model, gpu, tp, where, base_dir, serving_engine)
 
     workload = build_workload(
         top.section("workload"), np.random.default_rng(wl_seed), Path(base_dir)
