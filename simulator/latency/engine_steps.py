@@ -23,8 +23,10 @@ the last segment extended). Each regime is fitted on its own training steps (``s
 train``) by minimising the *sum of absolute* relative errors with non-negative coefficients
 (median regression: a step that absorbed a host hiccup moves it little); how many training
 steps sit far off the fit is reported. Knot values are then made non-decreasing, so the model
-is non-decreasing in every feature (`simulator.latency.base`). A step planned on an idle
-engine gets ``idle_start_s`` on top (its host work overlaps nothing).
+is non-decreasing in every feature (`simulator.latency.base`). Whether a step was planned on an
+idle engine (its host work overlaps nothing) is a feature of the fit, so such steps do not bias
+the busy-engine coefficients; `step_time` charges busy steps only (the idle coefficient came out
+0.0 ms on all three shipped tables).
 
 Which steps can be fitted, and to what time, is decided from how the engine stamps them
 (``profiles/vllm_table.py``): steps planned during a profiling submission burst, the step after
@@ -127,6 +129,7 @@ class EngineStepModel:
         return prefill_tokens == 0 and 0 < decode_seqs <= self.max_graph
 
     def _decode_x(self, b, ctx, mx, idle=0) -> list[float]:
+        mx = mx or ctx / b  # 0: longest context unknown, assume the batch's mean
         return hat(self.padded(b), DECODE_KNOTS) + [ctx, mx, idle]
 
     def _mixed_x(self, pt, attn, ps, b, ctx, idle=0) -> list[float]:
@@ -168,26 +171,6 @@ class EngineStepModel:
         """Host time to launch a step of ``tokens`` tokens (`_fit_launch`)."""
         return self.launch[self.padded(tokens) <= self.max_graph]
 
-    def _x(self, r: dict, idle: int | None = None) -> list[float]:
-        """The step's full feature vector: decode-regime part, then the other regime's part
-        (zeros in the regime the step is not in)."""
-        idle = r["after_idle"] if idle is None else idle
-        d = [0.0] * (len(DECODE_KNOTS) + 3)
-        m = [0.0] * (len(TOKEN_KNOTS) + 5)
-        if self._is_graph_decode(r["prefill_tokens"], r["decode_seqs"]):
-            mx = r["decode_max"] or r["decode_ctx"] / r["decode_seqs"]
-            d = self._decode_x(r["decode_seqs"], r["decode_ctx"], mx, idle)
-        else:
-            m = self._mixed_x(
-                r["prefill_tokens"],
-                r["prefill_attn"],
-                r["prefill_seqs"],
-                r["decode_seqs"],
-                r["decode_ctx"],
-                idle,
-            )
-        return d + m
-
     def fit(self, train: list[dict]) -> None:
         """Non-negative median regression on relative error, each regime on its own steps."""
         train = [r for r in train if r["target"] is not None]
@@ -205,8 +188,7 @@ class EngineStepModel:
         self.train_steps = len(train)
 
     def _row_decode_x(self, r: dict) -> list[float]:
-        mx = r["decode_max"] or r["decode_ctx"] / r["decode_seqs"]
-        return self._decode_x(r["decode_seqs"], r["decode_ctx"], mx, r["after_idle"])
+        return self._decode_x(r["decode_seqs"], r["decode_ctx"], r["decode_max"], r["after_idle"])
 
     def _row_mixed_x(self, r: dict) -> list[float]:
         return self._mixed_x(
@@ -242,23 +224,16 @@ class EngineStepModel:
         decode_max: int = 0,
     ) -> float:
         if self._is_graph_decode(prefill_tokens, decode_seqs):
-            if not decode_max:
-                decode_max = decode_ctx / decode_seqs
             x = self._decode_x(decode_seqs, decode_ctx, decode_max)
             return float(np.dot(x, self.c_dec))
         x = self._mixed_x(prefill_tokens, prefill_attn, prefill_seqs, decode_seqs, decode_ctx)
         return float(np.dot(x, self.c_mix))
 
-    def idle_start_s(self, prefill_tokens: int, decode_seqs: int) -> float:
-        """Extra time of a step planned on an idle engine: its host work (planning, input
-        preparation, launch, output) overlaps no running step, as it does under async
-        scheduling in a busy engine."""
-        if self._is_graph_decode(prefill_tokens, decode_seqs):
-            return float(self.c_dec[-1])
-        return float(self.c_mix[-1])
-
     def _own(self, r: dict) -> float:
-        return float(np.dot(self._x(r), np.concatenate([self.c_dec, self.c_mix])))
+        """The step's time from its regime's coefficients (its idle start included)."""
+        if self._is_graph_decode(r["prefill_tokens"], r["decode_seqs"]):
+            return float(np.dot(self._row_decode_x(r), self.c_dec))
+        return float(np.dot(self._row_mixed_x(r), self.c_mix))
 
     def predict_row(self, r: dict) -> float:
         """Predicted time of one recorded step (its idle start included; an exposed prefill
