@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from profiles import engine_jobs
+from profiles.vllm_table import step_rows
 from simulator.errors import ConfigError
 
 METRICS = tuple(
@@ -116,9 +117,9 @@ def _batch_stats(decodes, prefill) -> dict:
     }
 
 
-def real_batch_stats(steps: list[dict], t0: float, t1: float) -> dict:
-    sel = [s for s in steps if t0 <= s["t_done"] <= t1]
-    return _batch_stats([s["nd"] for s in sel], [sum(c[1] for c in s["pf"]) for s in sel])
+def real_batch_stats(steps: list[dict], phase: dict) -> dict:
+    rows = phase_steps(steps, phase)
+    return _batch_stats([r["decode_seqs"] for r in rows], [r["prefill_tokens"] for r in rows])
 
 
 class ReplayExecutor:
@@ -141,14 +142,9 @@ class ReplayExecutor:
 
 
 def phase_steps(steps: list[dict], phase: dict) -> list[dict]:
-    """The engine steps of one replay phase, with their measured intervals (seconds)."""
-    sel = [s for s in steps if phase["t0"] <= s["t_done"] <= phase["t1"]]
-    prev = None
-    for s in sel:
-        idle = prev is None or s["t_sched"] >= prev
-        s["dur"] = s["t_done"] - (s["t_sched"] if idle else prev)
-        prev = s["t_done"]
-    return sel
+    """The engine steps of one replay phase as `profiles.vllm_table.step_rows` gives them
+    (composition features and measured interval)."""
+    return step_rows([s for s in steps if phase["t0"] <= s["t_done"] <= phase["t1"]])
 
 
 def schedule_match(cfg: dict, where: str, phase: dict, steps: list[dict]) -> dict:
@@ -159,13 +155,13 @@ def schedule_match(cfg: dict, where: str, phase: dict, steps: list[dict]) -> dic
 
     real = phase_steps(steps, phase)
     built = build(copy.deepcopy(cfg), where, Path(where).resolve().parent)
-    ex = ReplayExecutor([s["dur"] for s in real], built.latency)
+    ex = ReplayExecutor([r["dur_us"] * 1e-6 for r in real], built.latency)
     res = run(built, executor_factory=lambda latency, i: ex)
     sp, sd = res.steps["prefill_tokens"], res.steps["decode_seqs"]
     n = min(len(real), len(sp))
     same = near = 0
     for k in range(n):
-        rp, rd = sum(c[1] for c in real[k]["pf"]), real[k]["nd"]
+        rp, rd = real[k]["prefill_tokens"], real[k]["decode_seqs"]
         same += int(sp[k] == rp and sd[k] == rd)
         near += int(abs(sd[k] - rd) <= 1 and abs(sp[k] - rp) <= 0.05 * max(rp, 1))
     return {

@@ -83,7 +83,7 @@ def report(real_root: Path) -> dict:
             cfg = engine_jobs.experiment(path, case_overrides(trace, load, gpu, model))
             phase = vllm_validate.load_phase(run / f"{trace}_{load}.json.gz")
             res = vllm_validate.compare(cfg, path, phase)
-            res["real_steps"] = vllm_validate.real_batch_stats(steps, phase["t0"], phase["t1"])
+            res["real_steps"] = vllm_validate.real_batch_stats(steps, phase)
             res["schedule_match"] = vllm_validate.schedule_match(cfg, path, phase, steps)
             out[f"{gpu}/{model}/{trace}_{load}"] = res
             print(
