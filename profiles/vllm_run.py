@@ -62,28 +62,27 @@ def engine_facts(engine) -> dict:
     import vllm
 
     cfg = engine.vllm_config
-    sc, cc, mc, comp = cfg.scheduler_config, cfg.cache_config, cfg.model_config, None
-    comp = cfg.compilation_config
-    pick = _pick
+    sc, cc, mc, comp = (
+        cfg.scheduler_config, cfg.cache_config, cfg.model_config, cfg.compilation_config,
+    )  # fmt: skip
     return {
         "vllm_version": vllm.__version__,
         "torch_version": torch.__version__,
         "gpu": torch.cuda.get_device_name(0),
         "gpu_count": torch.cuda.device_count(),
-        "scheduler": pick(
+        "scheduler": _pick(
             sc,
             "max_num_batched_tokens max_num_seqs enable_chunked_prefill "
             "long_prefill_token_threshold max_num_partial_prefills policy "
             "async_scheduling scheduler_reserve_full_isl watermark",
         ),
-        "cache": pick(
+        "cache": _pick(
             cc, "block_size gpu_memory_utilization num_gpu_blocks enable_prefix_caching cache_dtype"
         ),
-        "model": pick(mc, "max_model_len dtype"),
-        "compilation": pick(
+        "model": _pick(mc, "max_model_len dtype"),
+        "compilation": _pick(
             comp, "mode cudagraph_mode cudagraph_capture_sizes max_cudagraph_capture_size"
         ),
-        "async_scheduling": getattr(sc, "async_scheduling", None),
     }
 
 
