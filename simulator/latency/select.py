@@ -35,9 +35,9 @@ def default_table_dir(
     model: ModelSpec, gpu: GPUSpec, tp: int, engine: str | None = None
 ) -> Path | None:
     """The shipped table for this (gpu, model, tp[, serving engine]), if there is one."""
-    sub = [ENGINE_TABLES[engine]] if engine in ENGINE_TABLES else []
+    subdirs = ([ENGINE_TABLES[engine]], []) if engine in ENGINE_TABLES else ([],)
     for gpu_dir in dict.fromkeys([gpu.name, gpu.name.split("-")[0]]):
-        for parts in (sub, []) if sub else ([],):
+        for parts in subdirs:
             cand = REPO_ROOT.joinpath("profiles", gpu_dir, *parts, f"{model.name}_tp{tp}")
             if (cand / "meta.yaml").is_file():
                 return cand
@@ -66,12 +66,13 @@ def build_latency(
         if table is not None:
             raise sec.error("table", "a table is only used with model: profile or auto")
         return _roofline(model, gpu, tp, overhead_ms, where, sec.key("model"))
+    shipped = default_table_dir(model, gpu, tp, engine) if table is None else None
     if table is not None:
         table_dir = _resolve(table, Path(base_dir))
         if table_dir is None:
             raise sec.error("table", f"no profiled table folder at {table!r}")
     elif _is_bf16(model):
-        table_dir = default_table_dir(model, gpu, tp, engine)
+        table_dir = shipped
     else:
         table_dir = None
         if kind == "profile":
@@ -89,7 +90,7 @@ def build_latency(
                 "`servesim profile` or use model: roofline",
             )
         lat = _roofline(model, gpu, tp, overhead_ms, where, sec.key("model"))
-        if not _is_bf16(model) and default_table_dir(model, gpu, tp, engine) is not None:
+        if shipped is not None and not _is_bf16(model):
             lat.fallback_reason = (
                 f"latency auto: the shipped table for {gpu.name} / {model.name} / tp{tp} "
                 f"measured bf16 weights and KV, this model has {model.bytes_per_weight} bytes "
