@@ -282,6 +282,11 @@ def test_a_quantized_model_never_gets_a_bf16_table():
     cfg["latency"] = {"model": "profile"}
     with pytest.raises(ConfigError, match="measured bf16"):
         build(cfg, str(REPO / "t.yaml"), REPO)
+    # a table named explicitly is checked as well, under auto and under profile
+    for kind in ("auto", "profile"):
+        cfg["latency"] = {"model": kind, "table": "profiles/h200/vllm-0.24/llama-3-8b_tp1"}
+        with pytest.raises(ConfigError, match=r"latency.table: .*measured bf16"):
+            build(cfg, str(REPO / "t.yaml"), REPO)
 
 
 # --------------------------------------------------------------------- validation report

@@ -5,8 +5,9 @@
   the roofline model, labelled as such. With the ``vllm`` policy, the whole-step table measured
   through vLLM (``profiles/<gpu>/vllm-0.24/<model>_tp<k>/``, `engine_steps`) comes first: it
   times the engine that policy schedules; other policies keep servesim's own forward's tables
-  (``profiles/<gpu>/<model>_tp<k>/``). A table is only used for the bf16 model it measured;
-  a quantized model falls back to the roofline model and says so;
+  (``profiles/<gpu>/<model>_tp<k>/``). A table is only used for the precision it measured
+  (``dtype`` / ``kv_cache_dtype`` in its meta): otherwise ``auto`` falls back to the roofline
+  model and says so, and ``profile`` or a table named with ``table`` is an error;
 * ``profile``: a profiled table (``latency.table`` names its folder; default as for auto), an
   error if none;
 * ``roofline``: the analytic bound from the model and GPU catalogs;
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from simulator.cfg import Section
 from simulator.errors import ConfigError
+from simulator.files import load_yaml_file
 from simulator.hardware import GPUSpec
 from simulator.latency.constant import ConstantLatencyModel
 from simulator.latency.roofline import DEFAULT_STEP_OVERHEAD_S, RooflineLatencyModel
@@ -44,8 +46,39 @@ def default_table_dir(
     return None
 
 
-def _is_bf16(model: ModelSpec) -> bool:
-    return model.bytes_per_weight == 2 and model.bytes_per_kv == 2
+#: bytes per element of the dtypes a table's ``meta.yaml`` names (``dtype``, ``kv_cache_dtype``)
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "fp8": 1, "float8_e4m3fn": 1, "int4": 0.5}
+
+
+def _precision_mismatch(table_dir: Path, model: ModelSpec) -> str | None:
+    """Why ``table_dir`` did not measure ``model``'s precision (weights and KV bytes, from the
+    table's ``dtype`` / ``kv_cache_dtype``; tables that name neither measured bf16), or None.
+    Every table is checked, shipped or named: no table times a precision it did not run."""
+    meta_path = table_dir / "meta.yaml"
+    meta = load_yaml_file(meta_path, "table meta.yaml") if meta_path.is_file() else {}
+    names = (str(meta.get("dtype", "bfloat16")), str(meta.get("kv_cache_dtype", "")))
+    names = (names[0], names[1] or names[0])
+    for name in names:
+        if name not in DTYPE_BYTES:
+            raise ConfigError(str(meta_path), "dtype", f"unknown dtype {name!r}")
+    w, kv = (DTYPE_BYTES[n] for n in names)
+    if (w, kv) == (model.bytes_per_weight, model.bytes_per_kv):
+        return None
+    measured = "bf16 weights and KV" if (w, kv) == (2, 2) else (
+        f"{w:g} bytes per weight and {kv:g} per KV element")  # fmt: skip
+    return (
+        f"the table {_label(table_dir)} measured {measured}; {model.name} "
+        f"has {model.bytes_per_weight:g} bytes per weight and {model.bytes_per_kv:g} per KV "
+        "element"
+    )
+
+
+def _label(table_dir: Path) -> str:
+    """A table folder as the user knows it: relative to the repository when inside it."""
+    try:
+        return str(table_dir.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(table_dir)
 
 
 def build_latency(
@@ -67,22 +100,18 @@ def build_latency(
             raise sec.error("table", "a table is only used with model: profile or auto")
         return _roofline(model, gpu, tp, overhead_ms, where, sec.key("model"))
     shipped = default_table_dir(model, gpu, tp, engine) if table is None else None
+    table_dir = shipped
     if table is not None:
         table_dir = _resolve(table, Path(base_dir))
         if table_dir is None:
             raise sec.error("table", f"no profiled table folder at {table!r}")
-    elif _is_bf16(model):
-        table_dir = shipped
-    else:
-        table_dir = None
-        if kind == "profile":
-            raise sec.error(
-                "model",
-                f"the shipped tables measured bf16 weights and KV; {model.name} has "
-                f"{model.bytes_per_weight} bytes per weight and {model.bytes_per_kv} per KV "
-                "element (name a table measured at that precision with latency.table)",
-            )
-    if table_dir is None:
+    mismatch = _precision_mismatch(table_dir, model) if table_dir is not None else None
+    if mismatch and (kind == "profile" or table is not None):
+        raise sec.error(
+            "table" if table is not None else "model",
+            f"{mismatch} (name a table measured at that precision with latency.table)",
+        )
+    if table_dir is None or mismatch:
         if kind == "profile":
             raise sec.error(
                 "model",
@@ -90,12 +119,8 @@ def build_latency(
                 "`servesim profile` or use model: roofline",
             )
         lat = _roofline(model, gpu, tp, overhead_ms, where, sec.key("model"))
-        if shipped is not None and not _is_bf16(model):
-            lat.fallback_reason = (
-                f"latency auto: the shipped table for {gpu.name} / {model.name} / tp{tp} "
-                f"measured bf16 weights and KV, this model has {model.bytes_per_weight} bytes "
-                f"per weight and {model.bytes_per_kv} per KV element; using the roofline model"
-            )
+        if mismatch:
+            lat.fallback_reason = f"latency auto: {mismatch}; using the roofline model"
         return lat
     if overhead_ms is not None:
         raise sec.error("step_overhead_ms", "only the roofline model takes a fixed overhead")
