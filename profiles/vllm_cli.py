@@ -20,9 +20,13 @@ import sys
 from pathlib import Path
 
 from profiles import engine_jobs, vllm_validate
+from profiles.cli import _resolve_model, gpu_key
 from profiles.hf_config import write_model_dir
+from simulator.argtypes import positive_int
+from simulator.config import blame_overrides
 from simulator.errors import ConfigError
-from simulator.models import MODELS, load_model
+from simulator.files import check_out_dir
+from simulator.models import load_model
 
 ENGINES = ("vllm",)
 
@@ -31,22 +35,17 @@ def profile_main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="servesim profile --engine vllm")
     ap.add_argument("--engine", choices=ENGINES, required=True, help="serving engine to time")
     ap.add_argument("--model", required=True, help="catalog model name")
-    ap.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
+    ap.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree (>= 1)")
     ap.add_argument("--gpu-key", default=None, help="table folder name (default from the GPU)")
     ap.add_argument("--out", required=True, help="table folder (raw runs go to OUT/raw)")
     ap.add_argument("--rebuild", action="store_true", help="rebuild OUT from OUT/raw (no GPU)")
     a = ap.parse_args(argv)
-    if a.model not in MODELS:
-        raise ConfigError(
-            "<cli>", "--model", f"unknown model {a.model!r} (known: {', '.join(sorted(MODELS))})"
-        )
-    if a.tp < 1:
-        raise ConfigError("<cli>", "--tp", f"expected a positive integer, got {a.tp}")
-    out = Path(a.out)
+    spec = _resolve_model(a.model)
+    out = check_out_dir(a.out)
     raw = out / "raw"
     if not a.rebuild:
-        _run_engine_job(MODELS[a.model], a.tp, raw, [{"name": "profile", "kind": "profile"}])
-    return _build_and_report(raw, out, a.gpu_key, a.model, a.tp)
+        _run_engine_job(spec, a.tp, raw, [{"name": "profile", "kind": "profile"}])
+    return _build_and_report(raw, out, a.gpu_key, spec.name, a.tp)
 
 
 def _run_engine_job(spec, tp: int, raw: Path, phases: list[dict]) -> None:
@@ -66,17 +65,15 @@ def _run_engine_job(spec, tp: int, raw: Path, phases: list[dict]) -> None:
     asyncio.run(vllm_run.main_async(job, raw))
 
 
-def _build_and_report(raw: Path, out: Path, gpu_key, model: str, tp: int) -> int:
+def _build_and_report(raw: Path, out: Path, key: str | None, model: str, tp: int) -> int:
     from profiles.vllm_table import build_table
     from simulator.latency.engine_steps import EngineStepModel
 
     if not (raw / "engine.json").is_file():
         raise ConfigError(str(raw), "engine.json", "no recorded engine run here")
-    if gpu_key is None:
-        from profiles.cli import gpu_key as key_of
-
-        gpu_key = key_of(json.loads((raw / "engine.json").read_text())["gpu"])
-    build_table(raw, out, gpu_key, model, tp)
+    if key is None:
+        key = gpu_key(json.loads((raw / "engine.json").read_text())["gpu"])
+    build_table(raw, out, key, model, tp)
     m = EngineStepModel(out, model, tp)
     print(json.dumps(m.heldout(), indent=1))
     return 0
@@ -97,8 +94,14 @@ def validate_main(argv: list[str]) -> int:
     ap.add_argument("--name", default="case", help="the real run's phase name")
     ap.add_argument("--out", default=None, help="report folder (default results/validate)")
     a = ap.parse_args(argv)
+    out = check_out_dir(a.out or "results/validate")
+    with blame_overrides(str(a.config), a.set):
+        return _validate(a, out)
+
+
+def _validate(a, out: Path) -> int:
     cfg = engine_jobs.experiment(a.config, a.set)
-    real = Path(a.real) if a.real else Path(a.out or "results/validate") / "real"
+    real = Path(a.real) if a.real else out / "real"
     if a.real is None:
         arr = real / "arrivals.json"
         engine_jobs.write_arrivals(cfg, a.config, arr)
@@ -116,8 +119,6 @@ def validate_main(argv: list[str]) -> int:
     if steps:
         res["schedule_match"] = vllm_validate.schedule_match(cfg, a.config, phase, steps)
         print(f"steps planned exactly as vLLM did: {res['schedule_match']['identical']:.1%}")
-    out = Path(a.out or "results/validate")
-    out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(res, indent=1))
     print(f"median |error| {res['median_abs_err']:.1%}, max {res['max_abs_err']:.1%}")
     for m in res["metrics"]:
