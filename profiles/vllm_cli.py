@@ -22,6 +22,7 @@ from pathlib import Path
 from profiles import engine_jobs, vllm_validate
 from profiles.cli import _resolve_model, gpu_key
 from profiles.hf_config import write_model_dir
+from profiles.vllm_steps import read_steps
 from simulator.argtypes import positive_int
 from simulator.config import blame_overrides
 from simulator.errors import ConfigError
@@ -112,12 +113,8 @@ def _validate(a, out: Path) -> int:
     if not path.is_file():
         raise ConfigError(str(path), "--real", "no real run of that name in the folder")
     phase = vllm_validate.load_phase(path)
-    res = vllm_validate.compare(cfg, a.config, phase)
-    from profiles.vllm_steps import read_steps
-
-    steps = read_steps(str(real / "steps.jsonl"))
-    if steps:
-        res["schedule_match"] = vllm_validate.schedule_match(cfg, a.config, phase, steps)
+    res = vllm_validate.report_case(cfg, a.config, phase, read_steps(str(real / "steps.jsonl")))
+    if "schedule_match" in res:
         print(f"steps planned exactly as vLLM did: {res['schedule_match']['identical']:.1%}")
     (out / "report.json").write_text(json.dumps(res, indent=1))
     print(f"median |error| {res['median_abs_err']:.1%}, max {res['max_abs_err']:.1%}")

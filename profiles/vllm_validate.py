@@ -106,6 +106,16 @@ def compare(cfg: dict, where: str, phase: dict) -> dict:
     }
 
 
+def report_case(cfg: dict, where: str, phase: dict, steps: list[dict]) -> dict:
+    """`compare`, plus, when the engine's steps were recorded, the real batches and the
+    step-by-step scheduling match (`schedule_match`)."""
+    res = compare(cfg, where, phase)
+    if steps:
+        res["real_steps"] = real_batch_stats(steps, phase)
+        res["schedule_match"] = schedule_match(cfg, where, phase, steps)
+    return res
+
+
 def _batch_stats(decodes, prefill) -> dict:
     d, p = np.asarray(decodes), np.asarray(prefill)
     return {

@@ -82,9 +82,7 @@ def report(real_root: Path) -> dict:
                 continue
             cfg = engine_jobs.experiment(path, case_overrides(trace, load, gpu, model))
             phase = vllm_validate.load_phase(run / f"{trace}_{load}.json.gz")
-            res = vllm_validate.compare(cfg, path, phase)
-            res["real_steps"] = vllm_validate.real_batch_stats(steps, phase)
-            res["schedule_match"] = vllm_validate.schedule_match(cfg, path, phase, steps)
+            res = vllm_validate.report_case(cfg, path, phase, steps)
             out[f"{gpu}/{model}/{trace}_{load}"] = res
             print(
                 f"{gpu}/{model}/{trace}_{load}: median {res['median_abs_err']:.1%} "
