@@ -126,7 +126,7 @@ class Vllm(ChunkedPrefill):
         if not replica.waiting or len(replica.running) >= self.max_num_seqs:
             return 0
         req = replica.waiting[0]
-        if req.arrival_s > now or not replica.kv.can_allocate(req, req.num_tokens, 0):
+        if req.arrival_s > now or not self._fits(replica.kv, req, req.num_tokens):
             return 0
         budget = self.max_num_batched_tokens - len(replica.decoding)
         return self._chunk(req.num_tokens - req.num_computed, budget) + len(replica.decoding)
