@@ -9,13 +9,11 @@ a report refuses a real run whose fingerprint differs from the experiment's.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from pathlib import Path
 
-import numpy as np
-
-from simulator.cfg import Section
 from simulator.config import apply_overrides, load_yaml
 from simulator.models import load_model
 
@@ -27,18 +25,14 @@ def experiment(path: str, overrides: list[str] | None = None) -> dict:
 
 
 def arrivals(cfg: dict, where: str) -> list[list]:
-    """``[[arrival_s, prompt_tokens, output_tokens], ...]`` exactly as `simulator.runner.build`
-    draws them for this config (same seed stream)."""
-    from workloads.build import build_workload
+    """``[[arrival_s, prompt_tokens, output_tokens], ...]``: the experiment's requests as
+    `simulator.runner.build` draws them (it is called, so the seed streams cannot drift)."""
+    from simulator.runner import build
 
-    seed = int(cfg.get("seed", 0))
-    wl_seed, _ = np.random.SeedSequence(seed).spawn(2)
-    wl = build_workload(
-        Section(cfg["workload"], where, "workload"),
-        np.random.default_rng(wl_seed),
-        Path(where).resolve().parent,
-    )
-    return [[r.arrival_s, r.num_prompt_tokens, r.num_output_tokens] for r in wl.requests]
+    built = build(copy.deepcopy(cfg), where, Path(where).resolve().parent)
+    return [
+        [r.arrival_s, r.num_prompt_tokens, r.num_output_tokens] for r in built.workload.requests
+    ]
 
 
 def fingerprint(cfg: dict, where: str, reqs: list[list]) -> dict:
