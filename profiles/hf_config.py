@@ -22,8 +22,9 @@ from simulator.models import ModelSpec
 _ROPE_THETA = {"llama-3": 500000.0, "llama-3.1": 500000.0, "qwen2.5": 1000000.0}
 
 
-def hf_config(spec: ModelSpec) -> dict:
-    """The ``config.json`` dict for ``spec`` (bf16 weights)."""
+def hf_config(spec: ModelSpec, weights: str = "bf16") -> dict:
+    """The ``config.json`` dict for ``spec``; ``weights="int4"`` adds a GPTQ checkpoint's
+    ``quantization_config`` and ``weights="fp8"`` an FP8 one (see `engine_precision`)."""
     family = spec.name.rsplit("-", 1)[0]
     qwen = spec.qkv_bias
     cfg = {
@@ -48,11 +49,64 @@ def hf_config(spec: ModelSpec) -> dict:
     if not qwen:
         cfg["attention_bias"] = False
         cfg["mlp_bias"] = False
+    cfg.update(engine_precision(weights, "bf16")[0])
     return cfg
 
 
-def write_model_dir(spec: ModelSpec, out_dir: Path) -> Path:
+#: weight and KV-cache precisions an engine run can serve (names of the model section)
+WEIGHTS = ("bf16", "fp8", "int4")
+KV_CACHE_DTYPES = ("bf16", "fp8")
+
+#: a 4-bit weight-only checkpoint as GPTQ writes it (symmetric, group size 128, no act-order):
+#: vLLM serves it with its gptq_marlin method, whose kernel on Hopper is chosen at load time
+#: (the run's log names it)
+GPTQ_INT4 = {
+    "quant_method": "gptq",
+    "bits": 4,
+    "group_size": 128,
+    "desc_act": False,
+    "sym": True,
+    "checkpoint_format": "gptq",
+}
+
+
+#: an FP8 checkpoint as vLLM's own fp8 method writes and reads it (per-tensor weight scales)
+FP8_W8A8 = {"quant_method": "fp8", "activation_scheme": "dynamic"}
+
+
+def engine_precision(weights: str, kv_cache_dtype: str) -> tuple[dict, dict]:
+    """``(config.json additions, engine arguments)`` that make vLLM serve these precisions.
+
+    * fp8 weights: an FP8 checkpoint config (``quant_method: fp8``, per-tensor weight scales,
+      dynamic activation scales), vLLM's W8A8 path with FP8 tensor-core GEMMs. A checkpoint
+      config and not ``--quantization fp8`` on a bf16 one: that path first materializes bf16
+      weights, which for Llama-3-70B do not fit the H200 the FP8 model is served on;
+    * int4 weights: a GPTQ checkpoint config (4-bit, group 128), weight-only: bf16 activations;
+    * fp8 KV cache: ``kv_cache_dtype="fp8"`` (e4m3).
+    """
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
+    if kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise ValueError(
+            f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, got {kv_cache_dtype!r}"
+        )
+    quant = {"int4": GPTQ_INT4, "fp8": FP8_W8A8}.get(weights)
+    cfg = {"quantization_config": dict(quant)} if quant else {}
+    args = {"kv_cache_dtype": "fp8"} if kv_cache_dtype == "fp8" else {}
+    return cfg, args
+
+
+def precision_tag(weights: str, kv_cache_dtype: str) -> str:
+    """Folder-name part of a precision: '' for bf16 weights and KV, else e.g. 'fp8-kvfp8',
+    'int4', 'kvfp8'."""
+    parts = [weights] if weights != "bf16" else []
+    if kv_cache_dtype != "bf16":
+        parts.append("kv" + kv_cache_dtype)
+    return "-".join(parts)
+
+
+def write_model_dir(spec: ModelSpec, out_dir: Path, weights: str = "bf16") -> Path:
     """Write ``config.json`` into ``out_dir`` (created) and return the folder."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "config.json").write_text(json.dumps(hf_config(spec), indent=1) + "\n")
+    (out_dir / "config.json").write_text(json.dumps(hf_config(spec, weights), indent=1) + "\n")
     return out_dir

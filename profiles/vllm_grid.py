@@ -42,10 +42,14 @@ MAX_SCENARIO_TOKENS = 300_000
 TEST_EVERY = 3  # every third scenario (by a seeded shuffle) is held out
 
 
-def scenarios(max_model_len: int, kv_tokens: int, seed: int = 0) -> list[dict]:
-    """The profiling scenarios for a model whose engine holds ``kv_tokens`` KV tokens."""
+def scenarios(
+    max_model_len: int, kv_tokens: int, seed: int = 0, max_tokens: int = MAX_SCENARIO_TOKENS
+) -> list[dict]:
+    """The profiling scenarios for a model whose engine holds ``kv_tokens`` KV tokens; a
+    scenario holds ``max_tokens`` prompt + output tokens at most (a 70B model's prefill is ~9x
+    an 8B's, so its grid is capped lower to fit a GPU call)."""
     rng = random.Random(seed)
-    cap = min(MAX_SCENARIO_TOKENS, int(0.8 * kv_tokens))
+    cap = min(max_tokens, int(0.8 * kv_tokens))
     out: list[dict] = []
     for c in DECODE_CONTEXTS:
         for b in DECODE_BATCHES:

@@ -6,15 +6,21 @@ scheduling, chunked prefill with 8192 batched tokens, prefix caching, FlashAtten
 piecewise CUDA graphs) on a generated ``config.json`` with dummy weights, then runs the job's
 phases on it:
 
-* ``{"name", "kind": "profile", "seed", "limit"?}``: the scenarios of `profiles.vllm_grid`
-  (the first ``limit`` only, for a smoke test), one after another with the engine idle between;
+* ``{"name", "kind": "profile", "seed", "limit"?, "max_scenario_tokens"?}``: the scenarios of
+  `profiles.vllm_grid` (the first ``limit`` only, for a smoke test), one after another with the
+  engine idle between;
 * ``{"name", "kind": "replay", "arrivals": FILE}``: requests submitted at their arrival times,
   one asyncio task per request, streaming tokens (what a serving client sees).
 
 Every engine step is recorded by `profiles.vllm_steps` (composition, plan and completion time on
 the frontend's monotonic clock). Per request: submit time, and the time and token count of each
 streamed output. Written under DIR: ``engine.json`` (versions, effective engine config, KV
-capacity), ``steps.jsonl.<pid>``, ``<phase>.json.gz`` (requests + phase window + scenarios).
+capacity), ``steps.jsonl.<pid>``, ``<phase>.json.gz`` (requests + phase window + scenarios),
+``energy.json.gz`` (every GPU's cumulative energy counter, sampled: `profiles.gpu_energy`).
+
+A job's ``precision`` (``{"weights": bf16|fp8|int4, "kv_cache_dtype": bf16|fp8}``, default
+bf16) becomes engine arguments (`profiles.hf_config.engine_precision`); the model folder's
+``config.json`` must have been written for the same weights (an int4 checkpoint config).
 
 Nothing here fits or judges anything: it only records. Requests use random token ids, exact
 output lengths (``min_tokens = max_tokens``, ``ignore_eos``) and no detokenization.
@@ -31,7 +37,8 @@ import sys
 import time
 from pathlib import Path
 
-from profiles import vllm_grid, vllm_steps
+from profiles import gpu_energy, vllm_grid, vllm_steps
+from profiles.hf_config import engine_precision
 
 SERVE_ENV = {
     "HF_HUB_OFFLINE": "1",
@@ -79,7 +86,7 @@ def engine_facts(engine) -> dict:
         "cache": _pick(
             cc, "block_size gpu_memory_utilization num_gpu_blocks enable_prefix_caching cache_dtype"
         ),
-        "model": _pick(mc, "max_model_len dtype"),
+        "model": _pick(mc, "max_model_len dtype quantization"),
         "compilation": _pick(
             comp, "mode cudagraph_mode cudagraph_capture_sizes max_cudagraph_capture_size"
         ),
@@ -155,7 +162,12 @@ async def _inject(client: Client, sc: dict) -> None:
 
 async def run_profile(client: Client, phase: dict, facts: dict) -> dict:
     kv_tokens = facts["cache"]["num_gpu_blocks"] * facts["cache"]["block_size"]
-    scs = vllm_grid.scenarios(facts["model"]["max_model_len"], kv_tokens, phase.get("seed", 0))
+    scs = vllm_grid.scenarios(
+        facts["model"]["max_model_len"],
+        kv_tokens,
+        phase.get("seed", 0),
+        phase.get("max_scenario_tokens", vllm_grid.MAX_SCENARIO_TOKENS),
+    )
     scs = scs[: phase["limit"]] if phase.get("limit") else scs  # a smoke test's few
     done = []
     for sc in scs:
@@ -181,18 +193,32 @@ async def run_replay(client: Client, phase: dict) -> dict:
     return {"t_origin": t0, "fingerprint": data.get("fingerprint")}
 
 
+def job_precision(job: dict) -> dict:
+    p = job.get("precision") or {}
+    return {"weights": p.get("weights", "bf16"), "kv_cache_dtype": p.get("kv_cache_dtype", "bf16")}
+
+
 async def main_async(job: dict, out: Path) -> None:
     vllm_steps.install(str(out / "steps.jsonl"))
-    engine = start_engine(job["model_dir"], job.get("tp", 1), job.get("engine", {}))
+    prec = job_precision(job)
+    cfg_adds, args = engine_precision(prec["weights"], prec["kv_cache_dtype"])
+    model_cfg = json.loads((Path(job["model_dir"]) / "config.json").read_text())
+    if cfg_adds.get("quantization_config") != model_cfg.get("quantization_config"):
+        raise SystemExit(f"{job['model_dir']}/config.json was not written for {prec['weights']}")
+    engine = start_engine(job["model_dir"], job.get("tp", 1), {**args, **job.get("engine", {})})
     facts = engine_facts(engine)
-    facts["job"] = job
+    facts["job"], facts["precision"] = job, prec
     (out / "engine.json").write_text(json.dumps(facts, indent=1))
     print(json.dumps(facts), flush=True)
-    vocab = json.loads((Path(job["model_dir"]) / "config.json").read_text())["vocab_size"]
+    vocab = model_cfg["vocab_size"]
     # the engine's first requests pay one-time warm-up (seen: a 415 ms first step), which no
     # recorded phase should carry
     warm = Client(engine, vocab, seed=-1)
     await asyncio.gather(*(warm.request(f"warmup/{i}", 512 * (i + 1), 8) for i in range(4)))
+    energy = gpu_energy.EnergySampler(period_s=0.02).start()
+    idle = [time.monotonic()]
+    await asyncio.sleep(2.0)  # an idle window: the engine's power with nothing to run
+    idle.append(time.monotonic())
     try:
         for phase in job["phases"]:
             client = Client(engine, vocab, phase.get("seed", 0))
@@ -210,6 +236,8 @@ async def main_async(job: dict, out: Path) -> None:
             )
             await asyncio.sleep(1.0)  # let the step log flush
     finally:
+        with gzip.open(out / "energy.json.gz", "wt") as f:
+            json.dump({**energy.stop(), "idle_window": idle}, f)
         engine.shutdown()
 
 

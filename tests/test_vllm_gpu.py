@@ -1,5 +1,6 @@
 """The vLLM driver on a real GPU (skipped without vLLM and CUDA, so always in CI): a 2-layer
-Llama-shaped model through a few profiling scenarios and a short replay, recorded step by step."""
+Llama-shaped model in each precision (bf16; FP8 W8A8 with FP8 KV; GPTQ int4 weight-only) through
+a few profiling scenarios and a short replay, recorded step by step, with the GPU's energy."""
 
 from __future__ import annotations
 
@@ -17,8 +18,12 @@ pytestmark = [
 ]
 
 
-def test_profile_and_replay_are_recorded(tmp_path):
+@pytest.mark.parametrize(
+    "weights,kv", [("bf16", "bf16"), ("fp8", "fp8"), ("int4", "bf16")], ids=["bf16", "fp8", "int4"]
+)
+def test_profile_and_replay_are_recorded(tmp_path, weights, kv):
     from profiles import vllm_run
+    from profiles.gpu_energy import energy_between
     from profiles.hf_config import write_model_dir
     from profiles.vllm_steps import read_steps
     from profiles.vllm_table import step_rows
@@ -34,7 +39,7 @@ def test_profile_and_replay_are_recorded(tmp_path):
         vocab_size=32000,
         max_model_len=4096,
     )
-    mdir = write_model_dir(spec, tmp_path / "model")
+    mdir = write_model_dir(spec, tmp_path / "model", weights)
     arr = tmp_path / "arrivals.json"
     arr.write_text(
         json.dumps(
@@ -44,6 +49,7 @@ def test_profile_and_replay_are_recorded(tmp_path):
     job = {
         "model_dir": str(mdir),
         "tp": 1,
+        "precision": {"weights": weights, "kv_cache_dtype": kv},
         "engine": {"gpu_memory_utilization": 0.3},
         "phases": [
             {"name": "profile", "kind": "profile", "limit": 4},
@@ -55,6 +61,15 @@ def test_profile_and_replay_are_recorded(tmp_path):
     asyncio.run(vllm_run.main_async(job, out))
     facts = json.loads((out / "engine.json").read_text())
     assert facts["vllm_version"].startswith("0.24")
+    quant = facts["model"]["quantization"]
+    assert {"bf16": quant is None, "fp8": quant == "fp8", "int4": str(quant).startswith("gptq")}[
+        weights
+    ], quant
+    assert facts["cache"]["cache_dtype"] == ("auto" if kv == "bf16" else "fp8")
+    with gzip.open(out / "energy.json.gz", "rt") as f:
+        energy = json.load(f)
+    assert energy["error"] is None and len(energy["t"]) > 10
+    assert energy_between(energy, *energy["idle_window"]) > 0
     steps = read_steps(str(out / "steps.jsonl"))
     rows = step_rows(steps)
     assert any(r["prefill_tokens"] for r in rows) and any(r["decode_seqs"] for r in rows)

@@ -49,24 +49,52 @@ def cases():
             yield trace, load, str(HERE / "configs" / f"{trace}.yaml")
 
 
+#: profiling runs beside the bf16 pairs: (job name, gpu, model, tp, weights, kv_cache_dtype)
+PRECISION_PROFILES = (
+    ("h200_llama-3-8b_fp8", "llama-3-8b", 1, "fp8", "fp8"),
+    ("h200_llama-3-8b_int4", "llama-3-8b", 1, "int4", "bf16"),
+    ("h200_llama-3-70b_fp8", "llama-3-70b", 1, "fp8", "fp8"),
+    ("h200x2_llama-3-70b_fp8_tp2", "llama-3-70b", 2, "fp8", "fp8"),
+    ("h100_llama-3-8b_fp8", "llama-3-8b", 1, "fp8", "fp8"),
+)
+
+
+def _model_dir(out: Path, model: str, weights: str = "bf16") -> str:
+    """The model folder, as a path relative to the repository root (jobs run from the root of
+    a copy of the tree on the GPU machine, wherever that lies)."""
+    name = model if weights == "bf16" else f"{model}-{weights}"
+    return str(write_model_dir(MODELS[model], out / "models" / name, weights).relative_to(ROOT))
+
+
+def _profile_job(out: Path, name: str, job: dict) -> None:
+    phase = {"name": "profile", "kind": "profile", "seed": 0}
+    if "70b" in name:  # its prefill is ~9x an 8B's: a smaller grid fits one GPU call
+        phase["max_scenario_tokens"] = 120_000
+    prof = {**job, "phases": [phase]}
+    (out / f"{name}_profile.json").write_text(json.dumps(prof))
+
+
 def make_jobs(out: Path) -> None:
+    out = out.resolve()
     for gpu, model in PAIRS:
         phases = []
         for trace, load, path in cases():
             cfg = engine_jobs.experiment(path, case_overrides(trace, load, gpu, model))
             arr = out / "arrivals" / f"{gpu}_{model}_{trace}_{load}.json"
             engine_jobs.write_arrivals(cfg, path, arr)
+            arr = arr.relative_to(ROOT)
             phases.append({"name": f"{trace}_{load}", "kind": "replay", "arrivals": str(arr)})
-        mdir = write_model_dir(MODELS[model], out / "models" / model)
-        job = {"model_dir": str(mdir), "tp": 1}
+        job = {"model_dir": _model_dir(out, model), "tp": 1}
         (out / f"{gpu}_{model}_replay.json").write_text(json.dumps({**job, "phases": phases}))
-        prof = {**job, "phases": [{"name": "profile", "kind": "profile", "seed": 0}]}
-        (out / f"{gpu}_{model}_profile.json").write_text(json.dumps(prof))
+        _profile_job(out, f"{gpu}_{model}", job)
     # Llama-3-70B at TP2 on the 2-GPU machine (profile only: its validation needs the table)
-    mdir = write_model_dir(MODELS["llama-3-70b"], out / "models" / "llama-3-70b")
-    prof = {"model_dir": str(mdir), "tp": 2,
-            "phases": [{"name": "profile", "kind": "profile", "seed": 0}]}  # fmt: skip
-    (out / "h200x2_llama-3-70b_tp2_profile.json").write_text(json.dumps(prof))
+    _profile_job(
+        out, "h200x2_llama-3-70b_tp2", {"model_dir": _model_dir(out, "llama-3-70b"), "tp": 2}
+    )
+    for name, model, tp, weights, kv in PRECISION_PROFILES:
+        job = {"model_dir": _model_dir(out, model, weights), "tp": tp,
+               "precision": {"weights": weights, "kv_cache_dtype": kv}}  # fmt: skip
+        _profile_job(out, name, job)
 
 
 def report(real_root: Path) -> dict:

@@ -1,0 +1,122 @@
+"""GPU energy readings while an engine runs: NVML's cumulative energy counter, sampled.
+
+Why the counter and not power: a decode step lasts 5-50 ms, far below the ~100 ms at which the
+driver refreshes its power readings (and ``power.draw`` is a 1 s average on Hopper). NVML's
+``nvmlDeviceGetTotalEnergyConsumption`` (millijoules since the driver loaded) integrates power in
+the driver, so the energy of any window of a second or more (one profiling scenario, one
+replayed case) is the difference of two readings, whatever the power did inside it.
+
+`EnergySampler` reads every visible GPU's counter every ``period_s`` on a daemon thread and
+keeps ``(monotonic_s, [mJ per GPU])``; `energy_between` interpolates the counter at both ends of
+a window. Calls NVML through ctypes (``libnvidia-ml.so.1`` ships with every NVIDIA driver), so
+nothing needs installing on a GPU machine. Without NVML the sampler says so and records nothing:
+tables built from such runs say that they carry no energy.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from bisect import bisect_left
+
+
+class NvmlError(RuntimeError):
+    pass
+
+
+class _Nvml:
+    """The four NVML calls this module needs."""
+
+    def __init__(self) -> None:
+        try:
+            self.lib = ctypes.CDLL("libnvidia-ml.so.1")
+        except OSError as e:
+            raise NvmlError(f"libnvidia-ml.so.1 not loadable: {e}") from None
+        self._check(self.lib.nvmlInit_v2(), "nvmlInit_v2")
+        n = ctypes.c_uint()
+        self._check(self.lib.nvmlDeviceGetCount_v2(ctypes.byref(n)), "nvmlDeviceGetCount_v2")
+        self.handles = []
+        for i in range(n.value):
+            h = ctypes.c_void_p()
+            self._check(
+                self.lib.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(h)), "GetHandleByIndex"
+            )
+            self.handles.append(h)
+
+    @staticmethod
+    def _check(rc: int, what: str) -> None:
+        if rc != 0:
+            raise NvmlError(f"{what} returned NVML error {rc}")
+
+    def energy_mj(self) -> list[int]:
+        out = []
+        for h in self.handles:
+            v = ctypes.c_ulonglong()
+            self._check(
+                self.lib.nvmlDeviceGetTotalEnergyConsumption(h, ctypes.byref(v)),
+                "nvmlDeviceGetTotalEnergyConsumption",
+            )
+            out.append(v.value)
+        return out
+
+
+class EnergySampler:
+    """Samples the cumulative energy counters of all visible GPUs on a background thread.
+
+    Invariant: ``samples`` is ordered by time and each GPU's counter never decreases.
+    """
+
+    def __init__(self, period_s: float = 0.01) -> None:
+        self.period_s = period_s
+        self.samples: list[tuple[float, list[int]]] = []
+        self.error: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        try:
+            self._nvml = _Nvml()
+        except NvmlError as e:
+            self._nvml, self.error = None, str(e)
+
+    def start(self) -> EnergySampler:
+        if self._nvml is not None:
+            self._thread = threading.Thread(target=self._run, daemon=True, name="energy")
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.samples.append((time.monotonic(), self._nvml.energy_mj()))
+            except NvmlError as e:
+                self.error = str(e)
+                return
+            self._stop.wait(self.period_s)
+
+    def stop(self) -> dict:
+        """Stop sampling; the readings as a JSON-able record."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        return {
+            "source": "nvml total_energy_consumption",
+            "period_s": self.period_s,
+            "error": self.error,
+            "t": [t for t, _ in self.samples],
+            "mj": [e for _, e in self.samples],
+        }
+
+
+def energy_between(record: dict, t0: float, t1: float) -> float | None:
+    """Joules all GPUs used between monotonic times ``t0`` and ``t1`` (linear interpolation of
+    the counters), or None when the readings do not cover the window."""
+    ts, mj = record.get("t") or [], record.get("mj") or []
+    if len(ts) < 2 or t0 < ts[0] or t1 > ts[-1] or t1 <= t0:
+        return None
+    return (_counter_at(ts, mj, t1) - _counter_at(ts, mj, t0)) / 1000.0
+
+
+def _counter_at(ts: list[float], mj: list[list[int]], t: float) -> float:
+    i = min(max(bisect_left(ts, t), 1), len(ts) - 1)
+    f = (t - ts[i - 1]) / (ts[i] - ts[i - 1]) if ts[i] > ts[i - 1] else 0.0
+    return sum(a + f * (b - a) for a, b in zip(mj[i - 1], mj[i], strict=True))
