@@ -50,6 +50,20 @@ class PagedAllocator(BlockPool):
         table.append(free.pop())
         return len(table) * self.block_size
 
+    def extend_group(self, reqs: list[Request]) -> bool:
+        """`extend` each of ``reqs`` in order (each gains exactly ``block_size`` tokens), or,
+        when fewer blocks are free than ``reqs``, change nothing and return False.
+
+        The decode set's grouped growth (`DecodeSet.grow_due_grouped`): blocks are handed out
+        exactly as one ``extend`` per request would hand them out."""
+        free = self._free
+        if len(reqs) > len(free):
+            return False
+        pop = free.pop
+        for req in reqs:
+            req.block_table.append(pop())
+        return True
+
     def capacity(self, req: Request) -> int:
         return len(req.block_table) * self.block_size
 
