@@ -10,6 +10,8 @@ place; ``capacity(req) == len(req.block_table) * block_size``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from simulator.kv.pool import BlockPool
 from simulator.request import Request
 
@@ -17,8 +19,8 @@ from simulator.request import Request
 class PagedAllocator(BlockPool):
     kind = "paged"
 
-    def __init__(self, num_blocks: int, block_size: int = 16):
-        super().__init__(num_blocks, block_size)
+    def __init__(self, num_blocks: int, block_size: int = 16, ids: Sequence[int] | None = None):
+        super().__init__(num_blocks, block_size, ids)
 
     def blocks_needed(self, req: Request, num_tokens: int) -> int:
         need = -(-num_tokens // self.block_size) - len(req.block_table)
