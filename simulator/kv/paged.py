@@ -40,7 +40,7 @@ class PagedAllocator(BlockPool):
         if need == 1:
             table.append(free.pop())
         else:
-            table.extend(free[-need:][::-1])
+            table.extend(free[: -need - 1 : -1])  # the last need free blocks, last first
             del free[-need:]
         return True
 
