@@ -95,6 +95,9 @@ class ChunkedPrefill(Policy):
 
     def _continue_prefills(self, replica, budget: int, chunks: list) -> int:
         kv, running = replica.kv, replica.running
+        if len(running) == len(replica.decoding.members):
+            return budget  # every running request is decoding: no prompt to continue (the
+            # usual case; saves a pass over up to max_num_seqs requests every step)
         for req in list(running.values()):
             if budget <= 0:
                 break

@@ -15,7 +15,10 @@ def grow_decodes(replica, preempt=None) -> bool:
     """
     preempt = preempt or _recompute
     d, kv = replica.decoding, replica.kv
-    for req in d.pop_due_growth():
+    group = getattr(kv, "extend_group", None)
+    # all due members at once when the KV has room for all (the usual case); else one by one
+    due = d.grow_due_grouped(group, kv.block_size) if group is not None else d.pop_due_growth()
+    for req in due:
         if req._dset is None:  # preempted as a victim earlier in this loop
             continue
         while (cap := kv.extend(req)) < 0:

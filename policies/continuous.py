@@ -61,10 +61,11 @@ class ContinuousBatching(Policy):
 
     def schedule(self, replica, now: float) -> StepPlan:
         pre = self.preemption
-        chunks = admit_whole_prompts(self, replica, now, pre)
-        if chunks:
-            return StepPlan(chunks=tuple(chunks), extra_s=pre.take_extra_s())
-        if replica.decoding and grow_decodes(replica, pre.preempt):
+        if replica.waiting:
+            chunks = admit_whole_prompts(self, replica, now, pre)
+            if chunks:
+                return StepPlan(chunks=tuple(chunks), extra_s=pre.take_extra_s())
+        if replica.decoding.members and grow_decodes(replica, pre.preempt):
             extra = pre.take_extra_s()
             return StepPlan(decode=True, extra_s=extra) if extra else DECODE
         extra = pre.take_extra_s()

@@ -8,6 +8,7 @@ replica. Colocated clusters have one EngineSpec; P/D disaggregation has one per 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from policies import POLICIES
@@ -81,6 +82,10 @@ class EngineSpec:
                 )
         max_len = model.max_model_len
 
+        @functools.cache
+        def block_ids() -> tuple[int, ...]:  # built once, shared by every replica's pool
+            return tuple(range(num_blocks))
+
         def make_kv():
             if allocator == "contiguous":
                 return ContiguousAllocator(num_blocks, block_size, reserve, max_len)
@@ -89,7 +94,7 @@ class EngineSpec:
                     num_blocks, block_size, shared_prefix_tokens=shared,
                     hash_block_tokens=hash_block,
                 )  # fmt: skip
-            return PagedAllocator(num_blocks, block_size)
+            return PagedAllocator(num_blocks, block_size, block_ids())
 
         engine = {
             "max_model_len": max_len,

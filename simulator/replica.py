@@ -53,6 +53,8 @@ class Replica:
         self.index = index
         self.policy = policy
         self.kv = kv
+        #: the allocator's all-at-once decode growth, if it has one (DecodeSet.grow_due_grouped)
+        self._extend_group = getattr(kv, "extend_group", None)
         self.executor = executor
         self.coalesce = coalesce and executor.can_precompute and policy.coalescable
         self.next_external_s = next_external_s or (lambda: math.inf)
@@ -252,14 +254,17 @@ class Replica:
         d, kv, run, last = self.decoding, self.kv, self._run, len(self._run) - 1
         log, waiting, running, members = self.steps.append, self.waiting, self.running, d.members
         grow_due, extend, advance = d.grow_due, kv.extend, self._advance_decode
+        group, grouped, unit = self._extend_group, d.grow_due_grouped, kv.block_size
         for i in range(self._run_next, stop):
             start, dt, ctx = run[i]
             self.busy_s += dt
             log((start, dt, 0, 0.0, 0, len(members), ctx, kv.num_used_blocks, len(waiting),
                  len(running), ctx))  # fmt: skip
             advance(start + dt)
-            if i < last and not grow_due(extend):
-                raise AssertionError("decode run outgrew its KV bound")  # the bound is exact
+            if i < last:
+                due = grouped(group, unit) if group is not None else None
+                if (due is None or due) and not grow_due(extend, due):
+                    raise AssertionError("decode run outgrew its KV bound")  # the bound is exact
         self._run_next = stop
 
     def _advance_decode(self, end: float) -> None:

@@ -217,6 +217,60 @@ def test_growth_buckets_hand_out_growth_in_key_then_id_order():
     assert multi > 50
 
 
+def test_grouped_growth_equals_member_by_member_growth():
+    """`DecodeSet.grow_due_grouped` + `PagedAllocator.extend_group` hand out the same blocks
+    to the same members, and leave the same keys due, as one `extend` and `set_capacity` per
+    member; when the pool is short they change nothing and hand the members back in the order
+    `pop_due_growth` gives. Two identical sets and pools, driven through joins, leaves, rejoins,
+    overdue keys (growth skipped for a step) and a pool that runs dry."""
+    from simulator.decode import DecodeSet
+    from simulator.kv.paged import PagedAllocator
+    from simulator.request import Request
+
+    rng = np.random.default_rng(17)
+    bs = 4
+    sides = []
+    for _ in range(2):
+        kv = PagedAllocator(60, bs)
+        sides.append((DecodeSet(), kv, [Request(i, 0.0, 3, 10_000) for i in range(30)]))
+    handed_back = grouped = 0
+    for _ in range(4000):
+        op, pick, skip = rng.random(), int(rng.integers(30)), rng.random() < 0.05
+        for side, (d, kv, reqs) in enumerate(sides):
+            members = sorted(d.members)
+            if op < 0.1 and len(members) < 20:
+                r = reqs[pick]
+                if r._dset is None and kv.allocate(r, r.num_tokens):
+                    r._num_computed = r.num_tokens - 1
+                    d.add(r, kv.capacity(r))
+            elif op < 0.17 and members:
+                r = d.members[members[pick % len(members)]]
+                d.remove(r)
+                kv.free(r)
+            elif not skip:
+                if side == 0:
+                    due = d.pop_due_growth()
+                else:
+                    due = d.grow_due_grouped(kv.extend_group, bs)
+                    handed_back += bool(due)
+                    grouped += not due
+                for r in due:  # the member-by-member path (a member left out when short)
+                    cap = kv.extend(r)
+                    if cap >= 0:
+                        d.set_capacity(r, cap)
+                for r in d.advance():
+                    d.remove(r)
+                    kv.free(r)
+        (d0, kv0, reqs0), (d1, kv1, reqs1) = sides
+        assert d0.clock == d1.clock and kv0._free == kv1._free
+        for a, b in zip(reqs0, reqs1, strict=True):
+            assert (a.block_table, a._grow_clock, a._dset is None) == (
+                b.block_table, b._grow_clock, b._dset is None
+            )  # fmt: skip
+        assert d0.next_growth_clock() == d1.next_growth_clock()
+    assert handed_back > 20 and grouped > 500
+
+
 def test_round_robin_horizon_changes_nothing(monkeypatch):
     """Each replica's decode runs bounded by its own next round-robin arrival give the results
     of runs bounded by the cluster's next arrival and of step-by-step execution: the same

@@ -10,6 +10,8 @@ place; ``capacity(req) == len(req.block_table) * block_size``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from simulator.kv.pool import BlockPool
 from simulator.request import Request
 
@@ -17,8 +19,8 @@ from simulator.request import Request
 class PagedAllocator(BlockPool):
     kind = "paged"
 
-    def __init__(self, num_blocks: int, block_size: int = 16):
-        super().__init__(num_blocks, block_size)
+    def __init__(self, num_blocks: int, block_size: int = 16, ids: Sequence[int] | None = None):
+        super().__init__(num_blocks, block_size, ids)
 
     def blocks_needed(self, req: Request, num_tokens: int) -> int:
         need = -(-num_tokens // self.block_size) - len(req.block_table)
@@ -38,7 +40,7 @@ class PagedAllocator(BlockPool):
         if need == 1:
             table.append(free.pop())
         else:
-            table.extend(free[-need:][::-1])
+            table.extend(free[: -need - 1 : -1])  # the last need free blocks, last first
             del free[-need:]
         return True
 
@@ -49,6 +51,20 @@ class PagedAllocator(BlockPool):
         table = req.block_table
         table.append(free.pop())
         return len(table) * self.block_size
+
+    def extend_group(self, reqs: list[Request]) -> bool:
+        """`extend` each of ``reqs`` in order (each gains exactly ``block_size`` tokens), or,
+        when fewer blocks are free than ``reqs``, change nothing and return False.
+
+        The decode set's grouped growth (`DecodeSet.grow_due_grouped`): blocks are handed out
+        exactly as one ``extend`` per request would hand them out."""
+        free = self._free
+        if len(reqs) > len(free):
+            return False
+        pop = free.pop
+        for req in reqs:
+            req.block_table.append(pop())
+        return True
 
     def capacity(self, req: Request) -> int:
         return len(req.block_table) * self.block_size

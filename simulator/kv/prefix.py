@@ -142,6 +142,10 @@ class PrefixCachingAllocator(PagedAllocator):
             table.append(self._take())
         return True
 
+    #: growth goes through `extend` one request at a time (it registers full blocks' hashes
+    #: and may evict cached blocks), never through the paged allocator's grouped path
+    extend_group = None
+
     def extend(self, req: Request) -> int:
         """The decode hot path: one more block (see KVAllocator.extend)."""
         if not self._free and not self._evictable:
