@@ -9,8 +9,10 @@ Cost. The target's verify step is charged as a (k+1)-token chunk over each reque
 (``StepPlan.verify = k``: prefill-like tokens, so it is memory-bound at small batch and turns
 compute-bound as the batch grows: the gain shrinks at high batch). Drafting is charged as
 ``StepPlan.extra_s = k * draft_cost * t_decode``, where ``t_decode`` is the target's plain decode
-step time for the same batch and ``draft_cost`` is a fraction (``draft_cost: 0.1``) or the
-parameter ratio of a catalog model (``draft_model: <name>``). Draft prefill is not charged.
+step time for the same batch and ``draft_cost`` is a fraction (``draft_cost: 0.1``) or, for a
+catalog model (``draft_model: <name>``), the ratio of the draft's weight bytes to the target's
+(`ShardedModel.weight_bytes`, precision included: decode steps are memory-bound, so a step costs
+about the bytes it reads). Draft prefill is not charged.
 
 Acceptance. Each draft token is accepted with probability ``acceptance_rate`` (alpha)
 independently until the first rejection, so the number of accepted drafts a is a truncated
@@ -46,6 +48,7 @@ from simulator.cfg import Section
 from simulator.models import load_model
 from simulator.plan import IDLE, StepPlan
 from simulator.request import Status
+from simulator.served import ShardedModel
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -71,7 +74,8 @@ class Speculative(Policy):
             if target is None:
                 raise sec.error("draft_model", "needs the target model (run through the runner)")
             draft = load_model(self.draft_model, sec.where, sec.key("draft_model"))
-            self.draft_cost = draft.num_params / target.num_params
+            # a draft step is memory-bound: it costs the target's step by the bytes each reads
+            self.draft_cost = ShardedModel(draft).weight_bytes / ShardedModel(target).weight_bytes
             self.draft_model = draft.name
         else:
             self.draft_cost = sec.num("draft_cost", 0.1, min=0)

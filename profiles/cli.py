@@ -28,11 +28,12 @@ from pathlib import Path
 
 import yaml
 
-from profiles.torch_model import MIXED_MODES
+from profiles.torch_model import MIXED_MODES, torch_dtype_name
 from simulator.argtypes import positive_float, positive_int
 from simulator.errors import ConfigError
 from simulator.files import check_out_dir, load_yaml_file
 from simulator.latency.base import STEP_FEATURES
+from simulator.served import ShardedModel
 
 #: meta.yaml's description of each mixed-step mode, and the table variant it names
 MIXED_STEPS_NOTE = {
@@ -166,7 +167,7 @@ def _diff(argv: list[str]) -> int:
         help="flag points that moved by more than this fraction (> 0, default 0.1)",
     )
     a = ap.parse_args(argv)
-    from profiles.table import load_table
+    from simulator.latency.table import load_table
 
     old = load_table(a.old, require_steps=False)
     new = load_table(a.new, require_steps=False)
@@ -334,6 +335,11 @@ def run_profile(
     mixed_mode: str = "piecewise",
     redo_steps: bool = False,
 ) -> int:
+    sh = ShardedModel(spec, tp)
+    try:  # refuse a precision this profiler cannot run before any work
+        torch_dtype_name(sh)
+    except ValueError as e:
+        raise ConfigError("--model", "weights", str(e)) from None
     import torch
 
     from profiles import measure as M
@@ -341,7 +347,6 @@ def run_profile(
 
     t0 = time.time()
     os.makedirs(out, exist_ok=True)
-    sh = M.Shapes(spec, tp)
     times: dict[str, float] = {}
     counts: dict[str, int] = {}
     prev = _read_prev_meta(out)
@@ -367,7 +372,7 @@ def run_profile(
                 counts[name] = M.profile_elementwise(out, sh, deadlines[name], grid)
             else:
                 free = torch.cuda.mem_get_info()[0]
-                pool_tokens = min(2**22, int(free * 0.5) // (sh.KVH * sh.D * 2 * 2))
+                pool_tokens = min(2**22, int(free * 0.5) // sh.op("attention").kv_bytes_per_key)
                 bench = M.AttnBench(sh, pool_tokens)
                 fn = getattr(M, f"profile_{name}")
                 counts[name] = fn(out, sh, deadlines[name], bench)
@@ -447,12 +452,14 @@ def run_profile(
         },
         "tp": tp,
         "per_gpu_shapes": {
-            "heads": sh.H,
-            "kv_heads": sh.KVH,
+            "heads": sh.heads,
+            "kv_heads": sh.kv_heads,
             "intermediate": sh.inter,
             "vocab": sh.vocab,
         },
-        "dtype": "bfloat16",
+        "dtype": torch_dtype_name(sh),
+        "precision": {"weights": spec.weights, "kv_cache_dtype": spec.kv_cache_dtype},
+        "op_fingerprint": sh.op_fingerprint,
         "torch_version": str(torch.__version__),
         "cuda_version": str(torch.version.cuda),
         "attention_backend": "flash (torch.nn.attention.varlen.varlen_attn)",

@@ -25,10 +25,12 @@ import sys
 def main(argv: list[str]) -> int:
     import torch
 
-    from profiles.measure import AttnBench, Shapes, uneven_lengths
+    from profiles.measure import AttnBench, uneven_lengths
     from profiles.timing import time_calls
-    from profiles.torch_model import CAPTURE_SIZES, StepRunner, max_k_bucket
+    from profiles.torch_model import StepRunner
+    from simulator.latency.table import CAPTURE_SIZES, max_k_bucket
     from simulator.models import load_model
+    from simulator.served import ShardedModel
 
     name, tp, b, total = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
     spec = load_model(name, "<diag>", "model")
@@ -37,7 +39,7 @@ def main(argv: list[str]) -> int:
     out = {"model": name, "tp": tp, "batch": b, "padded_to": t, "total_ctx": total}
     torch.backends.cuda.matmul.allow_tf32 = False
     with torch.inference_mode():
-        sh = Shapes(spec, tp)
+        sh = ShardedModel(spec, tp)
         bench = AttnBench(sh, 2**21)
         for key, q, k in (("bench_real", [1] * b, klens),
                           ("bench_padded", [1] * t, klens + [1] * (t - b))):  # fmt: skip

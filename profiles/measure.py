@@ -12,9 +12,15 @@ import random
 import sys
 import time
 
-from profiles import table as tbl
-from profiles.table import uneven_lengths
 from profiles.timing import rotations, time_calls
+from profiles.torch_model import torch_dtype_name
+from simulator.latency import table as tbl
+from simulator.latency.table import uneven_lengths
+from simulator.precision import ACT_DTYPE, DTYPE_BYTES
+from simulator.served import ShardedModel
+
+#: bytes per activation element (sizes the buffers rotated between timed calls)
+ACT = DTYPE_BYTES[ACT_DTYPE]
 
 __all__ = ["uneven_lengths"]  # re-exported: the profiler's callers import it from here
 
@@ -48,28 +54,11 @@ class Progress:
         sys.stderr.flush()
 
 
-class Shapes:
-    """Per-GPU (TP-sharded) sizes of one model."""
+def torch_dtype(sh: ShardedModel):
+    """The torch dtype the ops of ``sh`` run in (see `profiles.torch_model.torch_dtype_name`)."""
+    import torch
 
-    def __init__(self, spec, tp: int):
-        self.spec, self.tp = spec, tp
-        self.L = spec.num_layers
-        self.hidden = spec.hidden_size
-        self.H = max(1, spec.num_heads // tp)
-        self.KVH = max(1, spec.num_kv_heads // tp)
-        self.D = spec.head_dim
-        self.inter = spec.intermediate_size // tp
-        self.vocab = math.ceil(spec.vocab_size / tp)
-
-    def gemms(self) -> dict[str, tuple[int, int]]:
-        """op -> (n, k) of ``y[T, n] = x[T, k] @ W[n, k]^T``."""
-        return {
-            "qkv": ((self.H + 2 * self.KVH) * self.D, self.hidden),
-            "o": (self.hidden, self.H * self.D),
-            "gate_up": (2 * self.inter, self.hidden),
-            "down": (self.hidden, self.inter),
-            "lm_head": (self.vocab, self.hidden),
-        }
+    return getattr(torch, torch_dtype_name(sh))
 
 
 class Budget:
@@ -84,26 +73,27 @@ class Budget:
 # ---- GEMMs ---------------------------------------------------------------------------------
 
 
-def profile_gemm(out: str, sh: Shapes, deadline: float, grid: list[int]) -> int:
+def profile_gemm(out: str, sh: ShardedModel, deadline: float, grid: list[int]) -> int:
     import torch
     import torch.nn.functional as F
 
     done = tbl.done_keys(out, "gemm.csv", ("op", "tokens"))
-    todo = [(op, t) for t in grid for op in sh.gemms() if (op, t) not in done]
+    todo = [(op, t) for t in grid for op in sh.gemm_shapes() if (op, t) not in done]
     if not todo:
         return 0
     bar = Progress("gemm", len(todo))
     weights: dict[str, list] = {}
-    for op, (n, k) in sh.gemms().items():
-        r = rotations(n * k * 2, cap=8)
-        weights[op] = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(r)]
+    dt = torch_dtype(sh)
+    for op, (n, k) in sh.gemm_shapes().items():
+        r = rotations(sh.op(op).weight_bytes, cap=8)
+        weights[op] = [torch.randn(n, k, device="cuda", dtype=dt) for _ in range(r)]
     count = 0
     for op, t in todo:
         if time.time() > deadline:
             break
-        n, k = sh.gemms()[op]
+        n, k = sh.gemm_shapes()[op]
         ws = weights[op]
-        xs = [torch.randn(t, k, device="cuda", dtype=torch.bfloat16) for _ in range(len(ws))]
+        xs = [torch.randn(t, k, device="cuda", dtype=dt) for _ in range(len(ws))]
         # F.linear as the model calls it (cuBLAS, weight [n, k] transposed in the call)
         res = time_calls([lambda x=x, w=w: F.linear(x, w) for x, w in zip(xs, ws, strict=True)])
         tbl.append_row(out, "gemm.csv", {"op": op, "tokens": t, "n": n, "k": k, **res})
@@ -119,7 +109,7 @@ def profile_gemm(out: str, sh: Shapes, deadline: float, grid: list[int]) -> int:
 # ---- elementwise ops --------------------------------------------------------------------------
 
 
-def profile_elementwise(out: str, sh: Shapes, deadline: float, grid: list[int]) -> int:
+def profile_elementwise(out: str, sh: ShardedModel, deadline: float, grid: list[int]) -> int:
     import torch
     import torch.nn.functional as F
 
@@ -129,10 +119,10 @@ def profile_elementwise(out: str, sh: Shapes, deadline: float, grid: list[int]) 
     if not todo:
         return 0
     bar = Progress("elementwise", len(todo))
-    dt = torch.bfloat16
+    dt = torch_dtype(sh)
     w = torch.randn(sh.hidden, device="cuda", dtype=dt)
     emb = torch.randn(sh.vocab, sh.hidden, device="cuda", dtype=dt)
-    half = sh.D // 2
+    half = sh.head_dim // 2
     count = 0
     for op, t in todo:
         if time.time() > deadline:
@@ -140,15 +130,17 @@ def profile_elementwise(out: str, sh: Shapes, deadline: float, grid: list[int]) 
         if op == "sampling" and t > 1024:
             continue  # rows are sequences, not tokens: at most max_seqs
         if op == "rmsnorm":
-            nbytes = t * sh.hidden * 2 * 2
+            nbytes = t * sh.hidden * 2 * ACT
             r = rotations(nbytes)
             xs = [torch.randn(t, sh.hidden, device="cuda", dtype=dt) for _ in range(r)]
             calls = [lambda x=x: F.rms_norm(x, (sh.hidden,), w, 1e-5) for x in xs]
         elif op == "rotary":
-            nbytes = t * (sh.H + sh.KVH) * sh.D * 2 * 2
+            nbytes = t * (sh.heads + sh.kv_heads) * sh.head_dim * 2 * ACT
             r = rotations(nbytes)
-            qs = [torch.randn(t, sh.H, sh.D, device="cuda", dtype=dt) for _ in range(r)]
-            ks = [torch.randn(t, sh.KVH, sh.D, device="cuda", dtype=dt) for _ in range(r)]
+            qs = [torch.randn(t, sh.heads, sh.head_dim, device="cuda", dtype=dt) for _ in range(r)]
+            ks = [
+                torch.randn(t, sh.kv_heads, sh.head_dim, device="cuda", dtype=dt) for _ in range(r)
+            ]
             cos = torch.randn(t, 1, half, device="cuda", dtype=dt)
             sin = torch.randn(t, 1, half, device="cuda", dtype=dt)
 
@@ -158,7 +150,7 @@ def profile_elementwise(out: str, sh: Shapes, deadline: float, grid: list[int]) 
 
             calls = [lambda q=q, k=k: (rot(q), rot(k)) for q, k in zip(qs, ks, strict=True)]
         elif op == "silu_mul":
-            nbytes = t * sh.inter * 3 * 2
+            nbytes = t * sh.inter * 3 * ACT
             r = rotations(nbytes)
             xs = [torch.randn(t, 2 * sh.inter, device="cuda", dtype=dt) for _ in range(r)]
             calls = [lambda x=x, i=sh.inter: F.silu(x[:, :i]) * x[:, i:] for x in xs]
@@ -166,7 +158,7 @@ def profile_elementwise(out: str, sh: Shapes, deadline: float, grid: list[int]) 
             ids = [torch.randint(0, sh.vocab, (t,), device="cuda") for _ in range(8)]
             calls = [lambda d=d: emb[d] for d in ids]
         else:  # sampling: softmax + argmax over the vocabulary shard, fp32 as engines do
-            nbytes = t * sh.vocab * 2
+            nbytes = t * sh.vocab * ACT
             r = rotations(nbytes)
             xs = [torch.randn(t, sh.vocab, device="cuda", dtype=dt) for _ in range(r)]
             calls = [lambda x=x: torch.argmax(torch.softmax(x.float(), -1), -1) for x in xs]
@@ -186,7 +178,7 @@ def profile_elementwise(out: str, sh: Shapes, deadline: float, grid: list[int]) 
 class AttnBench:
     """Random Q and a random paged (or contiguous) KV pool for attention benchmarks."""
 
-    def __init__(self, sh: Shapes, pool_tokens: int, block_size: int = 16):
+    def __init__(self, sh: ShardedModel, pool_tokens: int, block_size: int = 16):
         import torch
 
         from profiles.torch_model import make_attn, varlen_features
@@ -199,9 +191,11 @@ class AttnBench:
         self.bs = block_size
         nb = pool_tokens // block_size
         self.nb = nb
-        shape = (nb, block_size, sh.KVH, sh.D) if self.paged else (nb * block_size, sh.KVH, sh.D)
-        self.k = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
-        self.v = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+        kvh, d = sh.kv_heads, sh.head_dim
+        shape = (nb, block_size, kvh, d) if self.paged else (nb * block_size, kvh, d)
+        self.dtype = torch_dtype(sh)
+        self.k = torch.randn(shape, device="cuda", dtype=self.dtype)
+        self.v = torch.randn(shape, device="cuda", dtype=self.dtype)
         self.perm = torch.randperm(nb, device="cuda").to(torch.int32)
         self.cursor = 0
 
@@ -209,7 +203,7 @@ class AttnBench:
         """A zero-arg callable running one varlen call over fresh KV locations."""
         torch = self.torch
         sh = self.sh
-        q = torch.randn(sum(qlens), sh.H, sh.D, device="cuda", dtype=torch.bfloat16)
+        q = torch.randn(sum(qlens), sh.heads, sh.head_dim, device="cuda", dtype=self.dtype)
         cu_q = torch.tensor([0] + _cumsum(qlens), dtype=torch.int32, device="cuda")
         if self.paged:
             cu_k = torch.tensor([0] + _cumsum(klens), dtype=torch.int32, device="cuda")
@@ -328,9 +322,9 @@ def _bench_points(out, name, keys, todo, deadline, bench, shapes, cap, max_s=Non
     return count
 
 
-def profile_attn_decode(out: str, sh: Shapes, deadline: float, bench: AttnBench) -> int:
+def profile_attn_decode(out: str, sh: ShardedModel, deadline: float, bench: AttnBench) -> int:
     """Decode attention over (batch, total context)."""
-    kv_tok = sh.KVH * sh.D * 2 * 2
+    kv_tok = sh.op("attention").kv_bytes_per_key
     keys = ("batch", "total_ctx", "uneven", "causal")
     done = tbl.done_keys(out, "attn_decode.csv", keys)
 
@@ -356,7 +350,7 @@ def padded_batches(max_batch: int = 512) -> list[tuple[int, int]]:
     at 33 real sequences, 287 at 36, 270 at 42; profiles/README.md): which sequences share a
     wave of CTAs with the long ones moves with every sequence added.
     """
-    from profiles.torch_model import CAPTURE_SIZES
+    from simulator.latency.table import CAPTURE_SIZES
 
     out = []
     for lo, t in zip(CAPTURE_SIZES, CAPTURE_SIZES[1:], strict=False):
@@ -380,10 +374,12 @@ def padded_decode_grid(max_batch: int = 512) -> list[tuple[int, int, int, int]]:
     return pts
 
 
-def profile_attn_decode_padded(out: str, sh: Shapes, deadline: float, bench: AttnBench) -> int:
+def profile_attn_decode_padded(
+    out: str, sh: ShardedModel, deadline: float, bench: AttnBench
+) -> int:
     """Decode attention as a padded CUDA graph runs it: b real sequences and t - b one-token
     dummies (the runner gives each dummy its own KV block; here they read fresh locations)."""
-    kv_tok = sh.KVH * sh.D * 2 * 2
+    kv_tok = sh.op("attention").kv_bytes_per_key
     keys = ("batch", "padded_to", "total_ctx", "uneven")
     done = tbl.done_keys(out, "attn_decode_padded.csv", keys)
 
@@ -421,14 +417,19 @@ def prefill_grid(max_tokens: int = 16384) -> list[tuple[int, int, int]]:
     return list(dict.fromkeys(pts))  # without repeats, in first-seen (coarse-first) order
 
 
-def profile_attn_prefill(out: str, sh: Shapes, deadline: float, bench: AttnBench) -> int:
+def profile_attn_prefill(out: str, sh: ShardedModel, deadline: float, bench: AttnBench) -> int:
     keys = ("seqs", "chunk", "context_before")
     done = tbl.done_keys(out, "attn_prefill.csv", keys)
-    kv_tok = sh.KVH * sh.D * 2 * 2
+    kv_tok = sh.op("attention").kv_bytes_per_key
 
     def shapes(p):
         s, c, b = p
-        return [c] * s, [b + c] * s, True, s * (b + c) * kv_tok + s * c * sh.H * sh.D * 2
+        return (
+            [c] * s,
+            [b + c] * s,
+            True,
+            s * (b + c) * kv_tok + s * c * sh.heads * sh.head_dim * ACT,
+        )
 
     todo = [p for p in prefill_grid() if p not in done]
     return _bench_points(
@@ -708,7 +709,7 @@ def profile_steps(
 # ---- all-reduce (one process per GPU) --------------------------------------------------------
 
 
-def _ar_worker(rank: int, world: int, grid: list[int], hidden: int, port: int, q) -> None:
+def _ar_worker(rank: int, world: int, grid: list[int], hidden: int, dtype: str, port: int, q):
     import os
 
     import torch
@@ -721,7 +722,7 @@ def _ar_worker(rank: int, world: int, grid: list[int], hidden: int, port: int, q
     dist.init_process_group("nccl", rank=rank, world_size=world)
     rows = []
     for t in grid:
-        xs = [torch.randn(t, hidden, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+        xs = [torch.randn(t, hidden, device="cuda", dtype=getattr(torch, dtype)) for _ in range(4)]
         for x in xs:
             dist.all_reduce(x)
         torch.cuda.synchronize()
@@ -744,8 +745,9 @@ def _ar_worker(rank: int, world: int, grid: list[int], hidden: int, port: int, q
     dist.destroy_process_group()
 
 
-def profile_allreduce(out: str, sh: Shapes, tp: int, grid: list[int]) -> int:
-    """NCCL all-reduce of [T, hidden] bf16 over tp GPUs (NVLink multicast kept off)."""
+def profile_allreduce(out: str, sh: ShardedModel, tp: int, grid: list[int]) -> int:
+    """NCCL all-reduce of the served model's collective ([T, hidden] activations) over tp GPUs
+    (NVLink multicast kept off)."""
     import os
 
     import torch
@@ -766,7 +768,8 @@ def profile_allreduce(out: str, sh: Shapes, tp: int, grid: list[int]) -> int:
     q = ctx.Queue()
     port = 29500 + random.Random().randint(0, 1000)
     procs = [
-        ctx.Process(target=_ar_worker, args=(r, tp, todo, sh.hidden, port, q)) for r in range(tp)
+        ctx.Process(target=_ar_worker, args=(r, tp, todo, sh.hidden, torch_dtype_name(sh), port, q))
+        for r in range(tp)
     ]
     for p in procs:
         p.start()
@@ -776,6 +779,8 @@ def profile_allreduce(out: str, sh: Shapes, tp: int, grid: list[int]) -> int:
     for t, samples in rows:
         res = summarize(samples)
         tbl.append_row(
-            out, "allreduce.csv", {"tp": tp, "tokens": t, "bytes": t * sh.hidden * 2, **res}
+            out,
+            "allreduce.csv",
+            {"tp": tp, "tokens": t, "bytes": t * sh.op("allreduce").act_bytes_per_token, **res},
         )
     return len(rows)

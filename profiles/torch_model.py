@@ -38,9 +38,28 @@ their small mixed steps are faster than this runner's.
 from __future__ import annotations
 
 import inspect
-import math
 
-CAPTURE_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+from simulator.latency.table import CAPTURE_SIZES
+from simulator.precision import ACT_DTYPE
+from simulator.served import ShardedModel
+
+#: torch dtypes this runner (and the op profiler) can run each weight format and KV-cache dtype
+#: in: only bf16 has kernels here so far; other precisions are measured through vLLM.
+TORCH_DTYPES = {"bf16": "bfloat16"}
+
+
+def torch_dtype_name(sh: ShardedModel) -> str:
+    """The torch dtype of ``sh``'s weights, activations and KV cache (all one here); ValueError
+    naming the precision when torch kernels for it are not wired in."""
+    names = {sh.weight_format.name, sh.kv_cache_dtype, ACT_DTYPE}
+    if len(names) != 1 or ACT_DTYPE not in TORCH_DTYPES:
+        raise ValueError(
+            f"the torch profiler runs {', '.join(TORCH_DTYPES)} only; {sh.spec.name} is served "
+            f"with {sh.spec.precision.describe()} (profile it through vLLM: --engine vllm)"
+        )
+    return TORCH_DTYPES[ACT_DTYPE]
+
+
 #: how mixed steps (any prefill) run: "eager" (every kernel launched from Python), "piecewise"
 #: (vLLM v1's default: everything but attention replayed as CUDA graphs per padded token count,
 #: attention eager; `profiles.piecewise`) or "full" (one whole-step graph per composition,
@@ -110,7 +129,7 @@ class StepRunner:
         self,
         model_spec,
         tp: int = 1,
-        dtype: str = "bfloat16",
+        dtype: str | None = None,
         num_blocks: int | None = None,
         block_size: int = 16,
         max_seqs: int = 256,
@@ -128,7 +147,8 @@ class StepRunner:
         self.torch = torch
         self.spec = model_spec
         self.tp = tp
-        self.dtype = getattr(torch, dtype)
+        self.served = sh = ShardedModel(model_spec, tp)
+        self.dtype = getattr(torch, torch_dtype_name(sh) if dtype is None else dtype)
         self.dev = torch.device("cuda")
         self.block_size = block_size
         self.max_seqs = max_seqs
@@ -141,15 +161,11 @@ class StepRunner:
         self.max_model_len = max_model_len or getattr(model_spec, "max_model_len", 131072)
         self.gen = torch.Generator(device="cuda")
         self.gen.manual_seed(seed)
-        s = model_spec
-        self.L = s.num_layers
-        self.H = max(1, s.num_heads // tp)
-        self.KVH = max(1, s.num_kv_heads // tp)
-        self.D = s.head_dim
-        self.hidden = s.hidden_size
-        self.inter = s.intermediate_size // tp
-        self.vocab = math.ceil(s.vocab_size / tp)
-        self.qkv_out = (self.H + 2 * self.KVH) * self.D
+        # per-GPU widths: the served model's (one description for every consumer)
+        self.L, self.hidden, self.D = sh.layers, sh.hidden, sh.head_dim
+        self.H, self.KVH = sh.heads, sh.kv_heads
+        self.inter, self.vocab = sh.inter, sh.vocab
+        self.qkv_out = sh.op("qkv").shape[0]
         feat = varlen_features()
         self.varlen = feat
         self.paged = feat["paged"] if layout == "auto" else layout == "paged"
@@ -193,14 +209,11 @@ class StepRunner:
 
     def _alloc_weights(self, headroom_gib: float) -> None:
         torch = self.torch
-        per_layer = (
-            self.hidden * self.qkv_out
-            + self.H * self.D * self.hidden
-            + self.hidden * 2 * self.inter
-            + self.inter * self.hidden
-        ) * 2
+        sh = self.served
+        per_layer = sum(o.count * o.weight_bytes for o in sh.layer_gemms())
         free, _ = torch.cuda.mem_get_info()
-        need = per_layer * self.L + 2 * self.vocab * self.hidden * 2
+        # embedding and LM head: vocab x hidden each, in the LM head's format
+        need = per_layer * self.L + 2 * sh.op("lm_head").weight_bytes
         self.shared_weights = need > free - (headroom_gib + 4) * 2**30
         n_sets = 1 if self.shared_weights else self.L
         self.layers = []
@@ -224,7 +237,7 @@ class StepRunner:
 
     def _alloc_kv(self, num_blocks, kv_cache_gib, headroom_gib) -> None:
         torch = self.torch
-        per_token = 2 * self.KVH * self.D * 2 * self.L
+        per_token = self.served.kv_bytes_per_token_per_gpu
         if num_blocks is None:
             if kv_cache_gib is None:
                 free, _ = torch.cuda.mem_get_info()

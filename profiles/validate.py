@@ -37,6 +37,7 @@ from profiles.real_executor import RECORD_FIELDS
 from simulator.config import TOOLING_KEYS, apply_overrides, load_yaml
 from simulator.errors import ConfigError
 from simulator.files import check_out_dir, decode_text
+from simulator.hardware import GPUS
 
 #: (summary section, statistic) pairs compared between simulation and reality
 METRICS = tuple(
@@ -350,7 +351,7 @@ def check_fingerprint(real: dict, expected: dict, source: str) -> None:
     """
     have = real.get("fingerprint") or _legacy_fingerprint(real)
     for section, value in expected["config"].items():
-        theirs = (have.get("config") or {}).get(section, value)
+        theirs = _before_named_precision(section, (have.get("config") or {}).get(section, value))
         if _canon(theirs) != _canon(value):
             raise ConfigError(source, f"fingerprint.{section}", _differs(theirs, value))
     for key in ("count", "sha256"):
@@ -360,6 +361,29 @@ def check_fingerprint(real: dict, expected: dict, source: str) -> None:
                               _differs(theirs, expected["arrivals"][key]))  # fmt: skip
     if have.get("table") not in (None, expected["table"]):
         raise ConfigError(source, "fingerprint.table", _differs(have["table"], expected["table"]))
+
+
+#: byte widths runs saved before precision was named recorded, and the name each meant
+_STORED_WIDTHS = {"bytes_per_weight": ("weights", {2: "bf16", 1: "fp8"}),
+                  "bytes_per_kv": ("kv_cache_dtype", {2: "bf16", 1: "fp8"})}  # fmt: skip
+
+
+def _before_named_precision(section: str, value):
+    """A stored run's config section as written today: runs saved before precision was named
+    recorded the model's byte widths (``bytes_per_weight: 2`` is ``weights: bf16``) and GPUs
+    without ``fp8_flops`` (the catalog GPU of that name gives it). Widths with no name are kept,
+    so they differ from every experiment."""
+    if section == "model" and isinstance(value, dict):
+        value = dict(value)
+        for old, (new, names) in _STORED_WIDTHS.items():
+            if old in value and value[old] in names:
+                value[new] = names[value.pop(old)]
+    if section == "hardware" and isinstance(value, dict) and isinstance(value.get("gpu"), dict):
+        if "fp8_flops" not in value["gpu"]:
+            name = value["gpu"].get("name")
+            gpu = GPUS.get(name)
+            value = {**value, "gpu": {**value["gpu"], "fp8_flops": gpu.fp8_flops if gpu else None}}
+    return value
 
 
 def _legacy_fingerprint(real: dict) -> dict:

@@ -1,7 +1,9 @@
 """The ``servesim`` command.
 
 Subcommands are small functions in their own modules; this file only parses arguments and turns
-user errors (`ConfigError`) into one line on stderr and exit code 2, never a traceback.
+user errors (`ConfigError`) into one line on stderr and exit code 2, never a traceback. ``profile``
+and ``validate`` belong to the profiler package and are run through `simulator.commands` (the
+simulator does not import the profiler).
 """
 
 from __future__ import annotations
@@ -152,18 +154,6 @@ def cmd_regress(args) -> int:
     return regress_cli(args)
 
 
-def cmd_profile(argv: list[str]) -> int:
-    from profiles.cli import main as profile_main
-
-    return profile_main(argv)
-
-
-def cmd_validate(argv: list[str]) -> int:
-    from profiles.validate import main as validate_main
-
-    return validate_main(argv)
-
-
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="servesim",
@@ -222,6 +212,9 @@ def make_parser() -> argparse.ArgumentParser:
     )
     return p
 
+
+#: subcommands other packages declare (`simulator.commands`); listed here for ``--help`` only
+EXTERNAL_COMMANDS = ("profile", "validate")
 
 SET_HELP = "override a key of the YAML, value parsed as YAML (repeatable)"
 
@@ -288,10 +281,10 @@ def _plan_parser(sub) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        if argv and argv[0] == "profile":
-            return cmd_profile(argv[1:])
-        if argv and argv[0] == "validate":
-            return cmd_validate(argv[1:])
+        if argv and argv[0] in EXTERNAL_COMMANDS:
+            from simulator.commands import run_command
+
+            return run_command(argv[0], argv[1:])
         args = make_parser().parse_args(argv)
         return args.func(args)
     except ConfigError as e:

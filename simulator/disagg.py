@@ -55,6 +55,7 @@ from simulator.executor import SimulatedExecutor
 from simulator.hardware import LinkSpec, load_link
 from simulator.replica import Replica
 from simulator.request import Request, Status
+from simulator.served import ShardedModel
 
 LINK_ALIASES = {"nvlink": "nvlink4", "infiniband": "infiniband-ndr", "pcie": "pcie-gen5-x16"}
 
@@ -111,7 +112,7 @@ class DisaggSpec:
         conc = cl.int("link_concurrency", 1, min=1)
         return cls(
             pools["prefill"][1], pools["decode"][1], pools["prefill"][0], pools["decode"][0],
-            link, conc, model.kv_bytes_per_token_per_gpu(tp),
+            link, conc, ShardedModel(model, tp).kv_bytes_per_token_per_gpu,
         )  # fmt: skip
 
     def resolved(self) -> dict:

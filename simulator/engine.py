@@ -2,7 +2,9 @@
 
 `EngineSpec.parse` reads a ``scheduler`` section (policy name + that policy's own parameters,
 validated by the policy) and a ``kv_cache`` section (allocator, block size, capacity, reserve
-mode, prefix caching) once; ``make_policy()`` and ``make_kv()`` then build a fresh instance per
+mode, prefix caching) once; the KV capacity keeps out an activation reserve sized by the
+policy's own token and sequence budgets (`scheduler_budgets`); ``make_policy()`` and
+``make_kv()`` then build a fresh instance per
 replica. Colocated clusters have one EngineSpec; P/D disaggregation has one per pool.
 """
 
@@ -17,6 +19,7 @@ from simulator.hardware import kv_capacity_blocks
 from simulator.kv.contiguous import RESERVE_MODES, ContiguousAllocator
 from simulator.kv.paged import PagedAllocator
 from simulator.kv.prefix import PrefixCachingAllocator
+from simulator.served import ShardedModel
 
 #: Upper bounds that catch a typo before it exhausts memory: every replica keeps a list of its
 #: KV blocks (a real GPU holds well under a million), and simulates its own engine.
@@ -52,10 +55,14 @@ class EngineSpec:
         block_size = kvs.int("block_size", 16, min=1)
         util = kvs.num("gpu_memory_utilization", 0.9, min=0, max=1, strict_min=True)
         num_blocks = kvs.int("num_blocks", None, min=1, max=MAX_BLOCKS)
+        max_len = model.max_model_len
+        served = ShardedModel(model, tp)
         if num_blocks is None:
+            tokens, seqs = scheduler_budgets(policy_cls, sched, max_len, served)
             num_blocks = kv_capacity_blocks(
                 model, gpu, tp, block_size, util, where=where,
-                key=kvs.key("gpu_memory_utilization"),
+                key=kvs.key("gpu_memory_utilization"), max_num_batched_tokens=tokens,
+                max_num_seqs=seqs,
             )  # fmt: skip
             if num_blocks > MAX_BLOCKS:
                 raise kvs.error("block_size", f"gives {num_blocks} KV blocks per replica, more "
@@ -80,7 +87,6 @@ class EngineSpec:
                 raise kvs.error(
                     "block_size", f"must divide prefix_caching.hash_block_tokens {hash_block}"
                 )
-        max_len = model.max_model_len
 
         @functools.cache
         def block_ids() -> tuple[int, ...]:  # built once, shared by every replica's pool
@@ -96,13 +102,7 @@ class EngineSpec:
                 )  # fmt: skip
             return PagedAllocator(num_blocks, block_size, block_ids())
 
-        engine = {
-            "max_model_len": max_len,
-            "block_size": block_size,
-            "num_blocks": num_blocks,
-            "kv_bytes_per_token_per_gpu": model.kv_bytes_per_token_per_gpu(tp),
-            "model": model,
-        }
+        engine = _engine_dict(max_len, block_size, num_blocks, served)
         probe = make_policy(policy_cls, sched, engine)
         mark_all_used(sched)
         resolved_kv = {
@@ -124,6 +124,33 @@ class EngineSpec:
     def make_policy(self, rng=None):
         engine = dict(self.engine, rng=rng) if rng is not None else self.engine
         return make_policy(self.policy_cls, self.sched, engine)
+
+
+def _engine_dict(max_len: int, block_size: int, num_blocks: int, served: ShardedModel) -> dict:
+    """What a policy is told about its replica's engine."""
+    return {
+        "max_model_len": max_len,
+        "block_size": block_size,
+        "num_blocks": num_blocks,
+        "kv_bytes_per_token_per_gpu": served.kv_bytes_per_token_per_gpu,
+        "model": served.spec,
+    }
+
+
+#: vLLM's defaults, for policies without a token or sequence budget (static batching)
+DEFAULT_BUDGETS = (8192, 256)
+
+
+def scheduler_budgets(policy_cls, sched: Section, max_len: int, served) -> tuple[int, int]:
+    """The policy's ``max_num_batched_tokens`` and ``max_num_seqs``, which size the activation
+    reserve kept out of the KV cache (as vLLM's profiling run does); `DEFAULT_BUDGETS` for a
+    policy that has neither. Budgets never depend on the KV size, so the policy is read here
+    with a placeholder capacity (`MAX_BLOCKS`) and built again once the capacity is known."""
+    probe = make_policy(policy_cls, sched, _engine_dict(max_len, 1, MAX_BLOCKS, served))
+    return (
+        getattr(probe, "max_num_batched_tokens", DEFAULT_BUDGETS[0]),
+        getattr(probe, "max_num_seqs", DEFAULT_BUDGETS[1]),
+    )
 
 
 def make_policy(policy_cls, sched: Section, engine: dict):

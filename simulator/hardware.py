@@ -2,15 +2,18 @@
 
 `GPUSpec` keeps two kinds of ceilings:
 
-* the vendor *spec* numbers (``hbm_bandwidth``, ``bf16_flops``: dense bf16 tensor-core FLOP/s,
-  without sparsity), and
+* the vendor *spec* numbers (``hbm_bandwidth``, ``bf16_flops`` / ``fp8_flops``: dense bf16 /
+  FP8 tensor-core FLOP/s, without sparsity; ``fp8_flops`` is None on GPUs without FP8 tensor
+  cores, A100), and
 * *measured* ceilings (``measured_flops``, ``measured_bandwidth``) where we have them: large bf16
   matmuls and device-to-device copies timed with torch 2.11 on this workplace's H100 and H200
   machines (about 800 TFLOP/s and 3.0 TB/s on H100, 790 TFLOP/s and 4.3 TB/s on H200).
 
 Latency models use `GPUSpec.peak_flops` / `GPUSpec.peak_bandwidth`: the measured ceiling when
 present, else the spec times a default efficiency derived from those same measurements (about 0.80
-of spec FLOP/s and 0.90 of spec bandwidth on both H100 and H200).
+of spec FLOP/s and 0.90 of spec bandwidth on both H100 and H200). `GPUSpec.peak_flops_for` gives
+the ceiling of a GEMM input dtype: FP8's is its spec times the efficiency measured for bf16 (an
+assumption until FP8 matmuls are timed here).
 
 ``memory_bytes`` is the capacity the CUDA driver reports (``torch.cuda.mem_get_info()[1]``), which
 is what vLLM multiplies by ``gpu_memory_utilization``; it is a little below the marketing figure
@@ -29,7 +32,9 @@ from typing import Any
 
 from simulator.cfg import REQUIRED, Section
 from simulator.errors import ConfigError
-from simulator.models import ACT_BYTES, ModelSpec, check_name_or_mapping, lookup_catalog
+from simulator.models import ModelSpec, check_name_or_mapping, lookup_catalog
+from simulator.precision import ACT_DTYPE, DTYPE_BYTES
+from simulator.served import LOGIT_BYTES, ShardedModel
 
 GiB = 1024**3
 
@@ -56,12 +61,13 @@ class GPUSpec:
     nvlink_bandwidth: float | None = None
     measured_flops: float | None = None
     measured_bandwidth: float | None = None
+    fp8_flops: float | None = None
     notes: str = ""
 
     def __post_init__(self) -> None:
         for f in ("memory_bytes", "hbm_bandwidth", "bf16_flops", "price_per_hour"):
             _require_pos(self, f, getattr(self, f))
-        for f in ("nvlink_bandwidth", "measured_flops", "measured_bandwidth"):
+        for f in ("nvlink_bandwidth", "measured_flops", "measured_bandwidth", "fp8_flops"):
             if getattr(self, f) is not None:
                 _require_pos(self, f, getattr(self, f))
 
@@ -71,6 +77,18 @@ class GPUSpec:
         if self.measured_flops is not None:
             return self.measured_flops
         return self.bf16_flops * DEFAULT_FLOPS_EFFICIENCY
+
+    def peak_flops_for(self, dtype: str) -> float:
+        """Compute ceiling of GEMMs whose inputs are ``dtype`` (bf16 | fp8): `peak_flops` for
+        bf16; for fp8 the FP8 spec times the efficiency bf16 reaches here (measured / spec, else
+        the default). ValueError when this GPU has no tensor cores for ``dtype``."""
+        if dtype == ACT_DTYPE:
+            return self.peak_flops
+        if dtype == "fp8":
+            if self.fp8_flops is None:
+                raise ValueError(f"{self.name} has no FP8 tensor cores (no fp8_flops)")
+            return self.fp8_flops * (self.peak_flops / self.bf16_flops)
+        raise ValueError(f"no FLOP ceiling for GEMM inputs of dtype {dtype!r}")
 
     @property
     def peak_bandwidth(self) -> float:
@@ -126,6 +144,7 @@ GPUS: dict[str, GPUSpec] = {
             nvlink_bandwidth=450e9,  # NVLink 4: 900 GB/s bidirectional
             measured_flops=800e12,
             measured_bandwidth=3.0e12,
+            fp8_flops=1979e12,
             notes="spec: NVIDIA H100 SXM5 datasheet; measured: torch 2.11 on this workplace",
         ),
         GPUSpec(
@@ -137,6 +156,7 @@ GPUS: dict[str, GPUSpec] = {
             nvlink_bandwidth=450e9,
             measured_flops=790e12,
             measured_bandwidth=4.3e12,
+            fp8_flops=1979e12,
             notes="spec: NVIDIA H200 SXM datasheet; measured: torch 2.11 on this workplace",
         ),
         GPUSpec(
@@ -154,6 +174,7 @@ GPUS: dict[str, GPUSpec] = {
             memory_bytes=44.5 * GiB,  # 48 GB GDDR6 (46068 MiB in nvidia-smi) less driver reserve
             hbm_bandwidth=864e9,
             bf16_flops=362e12,
+            fp8_flops=733e12,
             price_per_hour=1.00,
             nvlink_bandwidth=None,  # PCIe Gen4 x16 only
             notes="spec: NVIDIA L40S datasheet; ceilings = spec x default efficiency",
@@ -203,7 +224,8 @@ def load_gpu(value: Any, where: str, key: str) -> GPUSpec:
 
     Mapping keys use decimal units: ``memory_gb`` (1e9 bytes), ``hbm_bandwidth_gb_s``,
     ``bf16_tflops``, ``price_per_hour``, ``nvlink_bandwidth_gb_s`` (null: none),
-    ``measured_tflops``, ``measured_bandwidth_gb_s``, ``name``. With ``base: <catalog name>``
+    ``fp8_tflops`` (null: no FP8), ``measured_tflops``, ``measured_bandwidth_gb_s``, ``name``.
+    With ``base: <catalog name>``
     every key is optional and overrides the base value.
     """
     if isinstance(value, str):
@@ -238,6 +260,7 @@ def load_gpu(value: Any, where: str, key: str) -> GPUSpec:
         nvlink_bandwidth=pos("nvlink_bandwidth_gb_s", "nvlink_bandwidth", 1e9, None),
         measured_flops=pos("measured_tflops", "measured_flops", 1e12, None),
         measured_bandwidth=pos("measured_bandwidth_gb_s", "measured_bandwidth", 1e9, None),
+        fp8_flops=pos("fp8_tflops", "fp8_flops", 1e12, None),
         notes=sec.str("notes", base.notes if base else "custom GPU from config"),
     )
     sec.done()
@@ -278,11 +301,25 @@ def default_activation_reserve_bytes(
     ``0.5 GiB`` (non-torch) ``+ max_num_batched_tokens x 2 B x (2 x hidden + 3 x
     intermediate / tp)`` (peak live tensors in the MLP: residual and hidden states, the gate/up
     output, the SiLU product) ``+ max_num_seqs x vocab x 8 B`` (fp32 logits and probabilities
-    for the sampler). Llama-3-8B, TP1: about 1.6 GB, close to the ~1.4 GiB vLLM reports.
+    for the sampler). Llama-3-8B, TP1: about 1.6 GB, close to the ~1.4 GiB vLLM reports. The
+    budgets are the scheduler's (`EngineSpec.parse` passes them), as vLLM profiles with them.
     """
-    per_token = ACT_BYTES * (2 * model.hidden_size + 3 * model.intermediate_size / tp)
-    logits = max_num_seqs * model.vocab_size * 8
+    served = ShardedModel(model, tp)
+    per_token = DTYPE_BYTES[ACT_DTYPE] * (2 * served.hidden + 3 * served.inter)
+    logits = max_num_seqs * model.vocab_size * 2 * LOGIT_BYTES
     return NON_TORCH_RESERVE_BYTES + max_num_batched_tokens * per_token + logits
+
+
+def check_precision(model: ModelSpec, gpu: GPUSpec, where: str, key: str) -> None:
+    """Raise ConfigError when ``gpu`` cannot run ``model``'s GEMMs in their input dtype (FP8
+    W8A8 on a GPU without FP8 tensor cores, e.g. A100)."""
+    dtype = ShardedModel(model).weight_format.gemm_dtype
+    try:
+        gpu.peak_flops_for(dtype)
+    except ValueError as e:
+        raise ConfigError(
+            where, key, f"{model.name} with weights: {model.weights} needs {dtype} GEMMs: {e}"
+        ) from None
 
 
 def kv_capacity_blocks(
@@ -322,10 +359,11 @@ def kv_capacity_blocks(
         reserve = default_activation_reserve_bytes(model, tp, max_num_batched_tokens, max_num_seqs)
     else:
         reserve = float(activation_reserve_bytes)
+    served = ShardedModel(model, tp)
     budget = gpu.memory_bytes * gpu_memory_utilization
-    weights = model.weight_bytes / tp
+    weights = served.weight_bytes_per_gpu
     free = budget - weights - reserve
-    block_bytes = block_size * model.kv_bytes_per_token_per_gpu(tp)
+    block_bytes = served.kv_bytes_per_block_per_gpu(block_size)
     blocks = math.floor(free / block_bytes) if free > 0 else 0
     if blocks < 1:
         raise ConfigError(
@@ -350,6 +388,7 @@ __all__ = [
     "LINKS",
     "LinkSpec",
     "default_activation_reserve_bytes",
+    "check_precision",
     "default_tp_link",
     "kv_capacity_blocks",
     "load_gpu",

@@ -18,6 +18,7 @@ import re
 
 import numpy as np
 
+from simulator.served import ShardedModel
 from simulator.steplog import NAMES as STEP_NAMES
 
 PCTS = (50, 90, 95, 99)
@@ -185,7 +186,7 @@ def summarize(
     num_gpus = tp * len(replicas)
     busy = float(steps["duration_s"].sum())
     flops, nbytes = step_work(steps, model)
-    peak_flops = getattr(gpu, "peak_flops", None) or gpu.bf16_flops
+    peak_flops = gpu.peak_flops_for(ShardedModel(model).weight_format.gemm_dtype)
     peak_bw = getattr(gpu, "peak_bandwidth", None) or gpu.hbm_bandwidth
     total_blocks = sum(rep.kv.num_blocks for rep in replicas)
     kv_frac = steps["kv_blocks_used"] / max(total_blocks / max(len(replicas), 1), 1)
@@ -246,20 +247,21 @@ def summarize(
 
 
 def step_work(steps: dict, model) -> tuple[float, float]:
-    """Useful FLOPs and the fewest HBM bytes of all steps (for MFU and MBU).
+    """Useful FLOPs and the fewest HBM bytes of all steps (for MFU and MBU), from the unsharded
+    model's description (`ShardedModel(model, 1)`: the model's work, whatever the TP split).
 
-    FLOPs: 2 x (non-embedding params) per token, plus causal attention 4 x layers x heads x
-    head_dim per (query, key) pair. Bytes: the weights once per step, plus the KV cache read by
-    decodes and written by every new token.
+    FLOPs: the layers' GEMMs per computed token, plus causal attention per (query, key) pair
+    (the LM head is left out). Bytes: the weights (in their format) once per step, plus the KV
+    cache (in its dtype) read by decodes and written by every new token.
     """
+    served = ShardedModel(model)
     tokens = steps["prefill_tokens"] + steps["decode_seqs"]
-    linear = 2.0 * model.num_linear_params * tokens.sum()
     attn_pairs = steps["decode_ctx"].sum() + steps["prefill_attn"].sum()
-    attn = 4.0 * model.num_layers * model.num_heads * model.head_dim * attn_pairs
-    nbytes = model.weight_bytes * steps["duration_s"].size + model.kv_bytes_per_token * (
-        steps["decode_ctx"].sum() + tokens.sum()
+    flops = served.step_flops(tokens.sum(), attn_pairs)
+    nbytes = served.step_min_bytes(
+        steps["duration_s"].size, steps["decode_ctx"].sum() + tokens.sum()
     )
-    return float(linear + attn), float(nbytes)
+    return float(flops), float(nbytes)
 
 
 _REQUEST_NUMBER = re.compile(r"^(\D*?)\d+ ")

@@ -3,14 +3,16 @@
 A `ModelSpec` describes a decoder-only transformer of the Llama family: RMSNorm, rotary
 embeddings, grouped-query attention (MHA when ``num_kv_heads == num_heads``, MQA when it is 1) and
 a SwiGLU MLP (gate, up, down projections). Weight values never matter to the simulator, only
-shapes and byte widths: they decide how many bytes a step reads and how many FLOPs it does.
+shapes and precision: they decide how many bytes a step reads and how many FLOPs it does.
 
 Invariants (checked in ``__post_init__``; user input is checked earlier, in `load_model`, so that
 errors name the file and key):
 
 * all sizes are positive; ``num_heads % num_kv_heads == 0``;
 * ``head_dim`` defaults to ``hidden_size // num_heads`` and then must divide it exactly;
-* byte widths are positive numbers (0.5 for 4-bit weights, 1 for fp8 KV, ...).
+* ``weights`` is a weight format of `simulator.precision.WEIGHT_FORMATS` (bf16 | fp8 | int4)
+  and ``kv_cache_dtype`` one of `KV_CACHE_DTYPES` (bf16 | fp8): precision is named, and every
+  byte width follows from the name (`simulator.served.ShardedModel`), never given as a number.
 
 The catalog `MODELS` holds the published Hugging Face ``config.json`` values of a few popular
 models. It is a dict of frozen dataclasses built from literals: nothing is read from disk.
@@ -24,10 +26,13 @@ from typing import Any
 
 from simulator.cfg import REQUIRED, Section
 from simulator.errors import ConfigError
+from simulator.precision import KV_CACHE_DTYPES, WEIGHT_FORMATS, Precision
 
-#: Bytes per activation element. Activations stay bf16 even when weights or KV are quantized
-#: (weight-only quantization dequantizes into bf16 GEMMs).
-ACT_BYTES = 2
+#: Keys that once gave precision as free-form byte widths, and what replaces each.
+RETIRED_PRECISION_KEYS = {
+    "bytes_per_weight": "weights: bf16 | fp8 | int4 (e.g. weights: fp8)",
+    "bytes_per_kv": "kv_cache_dtype: bf16 | fp8 (e.g. kv_cache_dtype: fp8)",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,8 +51,9 @@ class ModelSpec:
     head_dim: int | None = None
     intermediate_size: int
     vocab_size: int
-    bytes_per_weight: float = 2
-    bytes_per_kv: float = 2
+    #: weight format (`simulator.precision.WEIGHT_FORMATS`) and KV-cache dtype, by name
+    weights: str = "bf16"
+    kv_cache_dtype: str = "bf16"
     max_model_len: int
     tie_embeddings: bool = False
     #: Qwen2-style bias on the q, k, v projections (a few hundred thousand parameters).
@@ -71,10 +77,15 @@ class ModelSpec:
                 f"{self.name}: num_heads {self.num_heads} not divisible by "
                 f"num_kv_heads {self.num_kv_heads}"
             )
-        for f in ("bytes_per_weight", "bytes_per_kv"):
-            v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-                raise ValueError(f"{self.name}: {f} must be a positive number, got {v!r}")
+        try:
+            Precision(self.weights, self.kv_cache_dtype)
+        except ValueError as e:
+            raise ValueError(f"{self.name}: {e}") from None
+
+    @property
+    def precision(self) -> Precision:
+        """The model's precision by name (weights and KV cache)."""
+        return Precision(self.weights, self.kv_cache_dtype)
 
     # ---- parameter counts -------------------------------------------------------------------
 
@@ -134,31 +145,14 @@ class ModelSpec:
         """Matmul weights every computed token goes through: the layers' projections.
 
         Excludes the embedding (a gather, not a matmul), norms and biases (elementwise) and the
-        LM head, which in serving runs only for tokens that sample (see `lm_head_matmul_params`).
+        LM head, which in serving runs only for tokens that sample. Weight formats quantize
+        exactly these (`simulator.served.ShardedModel.weight_bytes`).
         """
         return self.num_layers * (
             self.hidden_size * (2 * self.q_size + 2 * self.kv_size) + self.mlp_params_per_layer
         )
 
-    @property
-    def lm_head_matmul_params(self) -> int:
-        """Weights of the LM-head matmul (``vocab x hidden``, whether or not tied)."""
-        return self.vocab_size * self.hidden_size
-
-    @property
-    def weight_bytes(self) -> float:
-        """Bytes of all weights (what must fit in GPU memory, summed over a TP group)."""
-        return self.num_params * self.bytes_per_weight
-
-    # ---- KV cache and FLOPs -----------------------------------------------------------------
-
-    @property
-    def kv_bytes_per_token(self) -> float:
-        """KV-cache bytes one token occupies: 2 (K and V) x layers x kv_heads x head_dim x width.
-
-        GQA / MQA shrink it by ``num_heads / num_kv_heads`` against MHA.
-        """
-        return 2 * self.num_layers * self.kv_size * self.bytes_per_kv
+    # ---- sharding ---------------------------------------------------------------------------
 
     def kv_heads_per_gpu(self, tp: int) -> int:
         """KV heads each GPU of a TP group holds: split when tp divides them, else replicated.
@@ -168,29 +162,11 @@ class ModelSpec:
         """
         return max(1, self.num_kv_heads // tp)
 
-    def kv_bytes_per_token_per_gpu(self, tp: int) -> float:
-        """KV-cache bytes one token occupies on each GPU of a TP group of ``tp`` GPUs."""
-        return 2 * self.num_layers * self.kv_heads_per_gpu(tp) * self.head_dim * self.bytes_per_kv
-
-    def attn_flops_per_pair(self) -> float:
-        """FLOPs of one (query, key) pair over all layers: QK^T and PV, 2 x head_dim each."""
-        return 4.0 * self.num_layers * self.num_heads * self.head_dim
-
-    def flops_per_token(self, context: float, sample: bool = True) -> float:
-        """Forward FLOPs of one token attending to ``context`` keys.
-
-        ``2 x linear params`` (one multiply-add per weight: the layers' projections, plus the LM
-        head when the token samples) plus ``4 x layers x heads x head_dim x context`` for
-        attention (QK^T and PV). A prompt token that does not sample: ``sample=False``.
-        """
-        linear = self.num_linear_params + (self.lm_head_matmul_params if sample else 0)
-        return 2.0 * linear + self.attn_flops_per_pair() * context
-
     def check_tp(self, tp: int, where: str = "<config>", key: str = "tp") -> None:
         """Raise ConfigError unless ``tp`` can shard this model (vLLM's rules).
 
         Query heads must split evenly; KV heads must split evenly or be replicated evenly
-        (``tp % num_kv_heads == 0``).
+        (``tp % num_kv_heads == 0``); the MLP's intermediate dimension must split evenly.
         """
         if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
             raise ConfigError(where, key, f"expected a positive integer, got {tp!r}")
@@ -206,6 +182,12 @@ class ModelSpec:
                 key,
                 f"{self.name} has {self.num_kv_heads} KV heads: tp must divide it or be a "
                 f"multiple of it, got {tp}",
+            )
+        if self.intermediate_size % tp:
+            raise ConfigError(
+                where,
+                key,
+                f"{self.name}: intermediate_size {self.intermediate_size} is not divisible by {tp}",
             )
 
 
@@ -349,7 +331,7 @@ def load_model(value: Any, where: str, key: str) -> ModelSpec:
     """Read a model from config: a catalog name, or a mapping of custom fields.
 
     A mapping may name ``base`` (a catalog model) and override some of its fields, e.g.
-    ``{base: llama-3-8b, max_model_len: 4096, bytes_per_kv: 1}``; without ``base`` it must give
+    ``{base: llama-3-8b, max_model_len: 4096, kv_cache_dtype: fp8}``; without ``base`` it must give
     every shape field (``num_kv_heads`` defaults to ``num_heads``, ``head_dim`` to
     ``hidden_size / num_heads``). Unknown keys and bad values raise ConfigError naming ``where``
     and the full key path.
@@ -358,6 +340,9 @@ def load_model(value: Any, where: str, key: str) -> ModelSpec:
         return lookup_catalog(value, MODELS, MODEL_ALIASES, "model", where, key)
     check_name_or_mapping(value, "model", where, key)
     sec = Section(value, where, key)
+    for old, new in RETIRED_PRECISION_KEYS.items():
+        if sec.has(old):
+            raise sec.error(old, f"precision is named now: use {new}")
     base_name = sec.str("base", None)
     base = None
     if base_name is not None:
@@ -390,8 +375,8 @@ def load_model(value: Any, where: str, key: str) -> ModelSpec:
         head_dim = hidden // heads
     intermediate = sec.int("intermediate_size", dflt("intermediate_size"), min=1)
     vocab = sec.int("vocab_size", dflt("vocab_size"), min=1)
-    bpw = sec.num("bytes_per_weight", dflt("bytes_per_weight", 2), min=0, strict_min=True)
-    bpkv = sec.num("bytes_per_kv", dflt("bytes_per_kv", 2), min=0, strict_min=True)
+    weights = sec.str("weights", dflt("weights", "bf16"), choices=list(WEIGHT_FORMATS))
+    kv_dtype = sec.str("kv_cache_dtype", dflt("kv_cache_dtype", "bf16"), choices=KV_CACHE_DTYPES)
     max_len = sec.int("max_model_len", dflt("max_model_len"), min=1)
     tie = sec.bool("tie_embeddings", dflt("tie_embeddings", False))
     qkv_bias = sec.bool("qkv_bias", dflt("qkv_bias", False))
@@ -405,20 +390,15 @@ def load_model(value: Any, where: str, key: str) -> ModelSpec:
         head_dim=head_dim,
         intermediate_size=intermediate,
         vocab_size=vocab,
-        bytes_per_weight=_int_if_whole(bpw),
-        bytes_per_kv=_int_if_whole(bpkv),
+        weights=weights,
+        kv_cache_dtype=kv_dtype,
         max_model_len=max_len,
         tie_embeddings=tie,
         qkv_bias=qkv_bias,
     )
 
 
-def _int_if_whole(x: float) -> float:
-    return int(x) if float(x).is_integer() else x
-
-
 __all__ = [
-    "ACT_BYTES",
     "MODELS",
     "MODEL_ALIASES",
     "ModelSpec",

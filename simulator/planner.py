@@ -9,7 +9,7 @@ A plan file (YAML, read strictly: an unknown key is an error naming the file and
     space:                       # dotted keys -> lists, as a sweep's grid (mappings merge)
       hardware.gpu: [h100-sxm, h200]
       hardware.tp: [2, 4, 8]
-      model: [{base: llama-3-70b}, {base: llama-3-70b, bytes_per_weight: 1, bytes_per_kv: 1}]
+      model: [{base: llama-3-70b}, {base: llama-3-70b, weights: fp8, kv_cache_dtype: fp8}]
     search: {max_requests: 300, tolerance: 0.05, max_runs: 12, verify_top: 3}
 
 Each point of the space is one *unit*: one replica (colocated), or one prefill + decode group
@@ -232,9 +232,9 @@ def fallback_warnings(unit: dict, rec: dict) -> list[str]:
 
 
 def precision(model) -> str:
-    """A short name of a model's weight and KV widths: bf16, fp8, or w<bytes>kv<bytes>."""
-    widths = (model.bytes_per_weight, model.bytes_per_kv)
-    return {(2, 2): "bf16", (1, 1): "fp8"}.get(widths, "w{:g}kv{:g}".format(*widths))
+    """A short name of a model's precision: ``bf16``, ``fp8`` (weights and KV agree), else
+    ``<weights>-kv-<kv dtype>`` (`Precision.label`)."""
+    return model.precision.label
 
 
 def tpot_floor(built) -> float:

@@ -24,11 +24,12 @@ from simulator.config import TOP_LEVEL, folder_name_problem
 from simulator.engine import MAX_REPLICAS, EngineSpec, mark_all_used
 from simulator.errors import ConfigError
 from simulator.executor import SimulatedExecutor
-from simulator.hardware import GPUSpec, load_gpu
+from simulator.hardware import GPUSpec, check_precision, load_gpu
 from simulator.latency.select import build_latency
 from simulator.metrics import step_arrays, summarize
 from simulator.models import ModelSpec, load_model
 from simulator.replica import Replica
+from simulator.served import ShardedModel
 from workloads.build import build_workload
 from workloads.spec import RequestColumns, Workload
 
@@ -82,6 +83,7 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
     model = load_model(top.raw("model"), where, "model")
     hw = top.section("hardware")
     gpu = load_gpu(hw.raw("gpu"), where, hw.key("gpu"))
+    check_precision(model, gpu, where, "model.weights")
     tp = hw.int("tp", 1, min=1)
     model.check_tp(tp, where, hw.key("tp"))
     price = hw.num("price_per_gpu_hour", gpu.price_per_hour, min=0)
@@ -173,7 +175,7 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
         "scheduler": main.resolved_scheduler,
         "kv_cache": {
             **main.resolved_kv,
-            "kv_bytes_per_token": model.kv_bytes_per_token,
+            "kv_bytes_per_token": ShardedModel(model).kv_bytes_per_token_per_gpu,
             "on_oversize": on_oversize,
         },
         "latency": latency.describe(),

@@ -19,6 +19,7 @@ from simulator.hardware import (
     load_link,
 )
 from simulator.models import MODELS, ModelSpec, load_model
+from simulator.served import ShardedModel
 
 GiB = 1024**3
 
@@ -40,17 +41,17 @@ def test_published_param_counts_and_kv(name):
     m = MODELS[name]
     params, kv = PUBLISHED[name]
     assert m.num_params == pytest.approx(params, rel=1e-3)
-    assert m.kv_bytes_per_token == kv
-    assert m.weight_bytes == 2 * m.num_params
+    assert ShardedModel(m).kv_bytes_per_token == kv
+    assert ShardedModel(m).weight_bytes == 2 * m.num_params
     assert m.head_dim == 128
 
 
 def test_llama_3_8b_sanity():
     m = MODELS["llama-3-8b"]
     assert m.num_params == 8_030_261_248
-    assert m.weight_bytes == pytest.approx(16.06e9, rel=1e-3)
-    assert m.kv_bytes_per_token == 2 * 32 * 8 * 128 * 2 == 131072
-    assert MODELS["llama-2-7b"].kv_bytes_per_token == 524288  # MHA: 4x GQA-8
+    assert ShardedModel(m).weight_bytes == pytest.approx(16.06e9, rel=1e-3)
+    assert ShardedModel(m).kv_bytes_per_token == 2 * 32 * 8 * 128 * 2 == 131072
+    assert ShardedModel(MODELS["llama-2-7b"]).kv_bytes_per_token == 524288  # MHA: 4x GQA-8
 
 
 def test_catalog_config_values():
@@ -82,11 +83,12 @@ def test_flops_per_token_hand_count():
     assert m.num_linear_params == 2 * (192 + 384)
     assert m.num_params == 32 * 8 + 2 * (192 + 384 + 16) + 8 + 32 * 8
     # 2 x (1152 + lm head 256) + 4 x 2 layers x 2 heads x 4 x context 10
-    assert m.flops_per_token(10) == 2 * (1152 + 256) + 4 * 2 * 2 * 4 * 10
-    assert m.flops_per_token(10, sample=False) == 2 * 1152 + 4 * 2 * 2 * 4 * 10
+    sm = ShardedModel(m)
+    assert sm.step_flops(1, 10, 1) == 2 * (1152 + 256) + 4 * 2 * 2 * 4 * 10
+    assert sm.step_flops(1, 10) == 2 * 1152 + 4 * 2 * 2 * 4 * 10
     tied = dataclasses.replace(m, tie_embeddings=True)
     assert tied.num_params == m.num_params - 32 * 8
-    assert tied.flops_per_token(10) == m.flops_per_token(10)  # the LM head still runs
+    assert ShardedModel(tied).step_flops(1, 10, 1) == sm.step_flops(1, 10, 1)  # LM head runs
 
 
 def test_modelspec_invariants():
@@ -139,13 +141,13 @@ def test_load_model_custom_mapping():
             "intermediate_size": 512,
             "vocab_size": 1000,
             "max_model_len": 2048,
-            "bytes_per_kv": 1,
+            "kv_cache_dtype": "fp8",
         },
         "exp.yaml",
         "model",
     )
-    assert m.head_dim == 32 and m.num_kv_heads == 2 and m.bytes_per_kv == 1
-    assert m.kv_bytes_per_token == 2 * 4 * 2 * 32 * 1
+    assert m.head_dim == 32 and m.num_kv_heads == 2 and m.kv_cache_dtype == "fp8"
+    assert ShardedModel(m).kv_bytes_per_token == 2 * 4 * 2 * 32 * 1
     # num_kv_heads defaults to num_heads (MHA)
     mha = load_model(
         {
@@ -178,7 +180,10 @@ def test_load_model_base_override():
         ({"base": "llama-3-8b", "num_layers": 0}, "model.num_layers", ">= 1"),
         ({"base": "llama-3-8b", "num_layers": True}, "model.num_layers", "integer"),
         ({"base": "llama-3-8b", "num_layer": 3}, "model.num_layer", "unknown key"),
-        ({"base": "llama-3-8b", "bytes_per_kv": 0}, "model.bytes_per_kv", "> 0"),
+        ({"base": "llama-3-8b", "bytes_per_kv": 1}, "model.bytes_per_kv", "kv_cache_dtype: fp8"),
+        ({"base": "llama-3-8b", "bytes_per_weight": 1}, "model.bytes_per_weight", "weights: fp8"),
+        ({"base": "llama-3-8b", "weights": "fp4"}, "model.weights", "bf16, fp8, int4"),
+        ({"base": "llama-3-8b", "kv_cache_dtype": "int4"}, "model.kv_cache_dtype", "bf16, fp8"),
         ({"base": "nope"}, "model.base", "unknown model"),
         ({"num_layers": 2}, "model.hidden_size", "required"),
         (
@@ -292,7 +297,8 @@ def test_kv_capacity_llama3_8b_h200():
     m, g = MODELS["llama-3-8b"], GPUS["h200"]
     reserve = 2 * GiB
     blocks = kv_capacity_blocks(m, g, 1, 16, 0.9, reserve)
-    assert blocks == math.floor((g.memory_bytes * 0.9 - m.weight_bytes - reserve) / (16 * 131072))
+    weights = ShardedModel(m).weight_bytes
+    assert blocks == math.floor((g.memory_bytes * 0.9 - weights - reserve) / (16 * 131072))
     # The nominal "141 GB" is really ~140 GiB (150.1e9 bytes as the driver reports it), so the
     # rough figure with 141e9 bytes undercounts by ~7.5%.
     rough = (141e9 * 0.9 - 16e9 - reserve) / (16 * 131072)
@@ -306,7 +312,8 @@ def test_kv_capacity_tp_formula():
     m, g = MODELS["llama-3-70b"], GPUS["h200"]
     reserve = 1.5 * GiB
     blocks = kv_capacity_blocks(m, g, 4, 16, 0.9, reserve)
-    expected = (g.memory_bytes * 0.9 * 4 - m.weight_bytes - 4 * reserve) / (16 * 327680)
+    weights = ShardedModel(m).weight_bytes
+    expected = (g.memory_bytes * 0.9 * 4 - weights - 4 * reserve) / (16 * 327680)
     assert blocks == math.floor(expected)
     # KV heads replicated past tp=8: per-GPU KV per token stops shrinking
     b8 = kv_capacity_blocks(m, g, 8, 16, 0.9, reserve)
@@ -329,7 +336,7 @@ def test_kv_capacity_scales_inversely_with_block_and_kv_width():
     b16 = kv_capacity_blocks(m, g, 1, 16, 0.9, GiB)
     b32 = kv_capacity_blocks(m, g, 1, 32, 0.9, GiB)
     assert b32 == b16 // 2
-    fp8 = load_model({"base": "llama-3-8b", "bytes_per_kv": 1}, "e", "model")
+    fp8 = load_model({"base": "llama-3-8b", "kv_cache_dtype": "fp8"}, "e", "model")
     assert kv_capacity_blocks(fp8, g, 1, 16, 0.9, GiB) in (2 * b16, 2 * b16 + 1)
 
 

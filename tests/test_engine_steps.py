@@ -271,7 +271,7 @@ def test_auto_picks_the_vllm_table_only_for_the_vllm_policy():
 def test_a_quantized_model_never_gets_a_bf16_table():
     from simulator.runner import build
 
-    fp8 = {"base": "llama-3-8b", "bytes_per_weight": 1, "bytes_per_kv": 1}
+    fp8 = {"base": "llama-3-8b", "weights": "fp8", "kv_cache_dtype": "fp8"}
     lat = build(_cfg("vllm", fp8), str(REPO / "t.yaml"), REPO).latency
     assert lat.name.startswith("roofline")
     assert any("measured bf16" in w for w in lat.describe()["warnings"])

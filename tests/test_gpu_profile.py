@@ -130,7 +130,7 @@ def test_profile_tiny_table_and_resume(tmp_path):
     m = load_for_report(out)
     assert m.step_time(0, 0, 0, 8, 800) > 0
     # padded decode-graph calls at both spreads, and each step's longest decode context
-    from profiles.table import load_table
+    from simulator.latency.table import load_table
 
     t = load_table(out)
     padded = t.rows["attn_decode_padded.csv"]

@@ -9,10 +9,9 @@ import os
 import pytest
 
 from profiles import measure as M
-from profiles.table import append_row, load_table, uneven_weights
-from profiles.torch_model import CAPTURE_SIZES
 from simulator.errors import ConfigError
 from simulator.latency.profiled import ProfileLatencyModel
+from simulator.latency.table import CAPTURE_SIZES, append_row, load_table, uneven_weights
 from tests.test_profiled import (
     SPEC,
     _t,

@@ -11,10 +11,10 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from profiles.table import OPTIONAL_COLUMNS, csv_columns, load_table, uneven_lengths
 from simulator.errors import ConfigError
 from simulator.latency.base import StepLatencyModel, chunk_attn_pairs
 from simulator.latency.profiled import ProfileLatencyModel, heldout_report
+from simulator.latency.table import OPTIONAL_COLUMNS, csv_columns, load_table, uneven_lengths
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHIPPED = os.path.join(os.path.dirname(HERE), "profiles", "h200", "llama-3-8b_tp1")
@@ -545,8 +545,8 @@ def even_us(b, k):
 
 
 def test_decode_follows_the_longest_context_between_equal_and_lognormal(tmp_path):
-    from profiles.table import uneven_weights
     from simulator.latency.profiled import SPREAD_EXTRAP
+    from simulator.latency.table import uneven_weights
 
     path = make_table(str(tmp_path / "toy_tp1"))
     rows = list(csv.DictReader(open(os.path.join(path, "attn_decode.csv"))))

@@ -19,6 +19,7 @@ from simulator.hardware import GPUS, GPUSpec, LinkSpec
 from simulator.latency.base import StepLatencyModel, chunk_attn_pairs
 from simulator.latency.roofline import DEFAULT_STEP_OVERHEAD_S, RooflineLatencyModel
 from simulator.models import MODELS, ModelSpec, load_model
+from simulator.served import ShardedModel
 
 FEATURES = ("prefill_tokens", "prefill_attn", "prefill_seqs", "decode_seqs", "decode_ctx")
 
@@ -142,11 +143,12 @@ def test_breakdown_sums_to_step_time(r):
 def test_llama3_8b_decode_reads_all_weights_h200():
     m = MODELS["llama-3-8b"]
     r = RooflineLatencyModel(m, GPUS["h200"])
+    weights = ShardedModel(m).weight_bytes
     t = r.step_time(0, 0.0, 0, 1, 1024)
-    assert t >= m.weight_bytes / 4.3e12  # ~3.7 ms (plus overhead)
+    assert t >= weights / 4.3e12  # ~3.7 ms (plus overhead)
     # Without overhead: every weight but the embedding table (a gather) is read once.
     r0 = RooflineLatencyModel(m, GPUS["h200"], step_overhead_s=0.0)
-    read = m.weight_bytes - m.embedding_params * m.bytes_per_weight
+    read = weights - m.embedding_params * 2
     assert read / 4.3e12 <= r0.step_time(0, 0.0, 0, 1, 1024) <= 1.05 * read / 4.3e12
 
 
@@ -163,12 +165,13 @@ def test_long_prefill_is_compute_bound():
 def test_gqa_reads_less_kv_than_mha():
     mha = MODELS["llama-2-7b"]
     gqa = load_model({"base": "llama-2-7b", "num_kv_heads": 8}, "t", "model")
-    assert gqa.kv_bytes_per_token * 4 == mha.kv_bytes_per_token
+    kv_mha = ShardedModel(mha).kv_bytes_per_token
+    assert ShardedModel(gqa).kv_bytes_per_token * 4 == kv_mha
     step = (0, 0.0, 0, 64, 64 * 4096)
     a_mha = RooflineLatencyModel(mha, GPUS["h200"]).breakdown(*step)
     a_gqa = RooflineLatencyModel(gqa, GPUS["h200"]).breakdown(*step)
     assert a_gqa["attention"] < a_mha["attention"] / 3.5
-    kv_read = 64 * 4096 * mha.kv_bytes_per_token
+    kv_read = 64 * 4096 * kv_mha
     assert a_mha["attention"] >= kv_read / GPUS["h200"].peak_bandwidth
 
 

@@ -1,8 +1,8 @@
 """Step latency from GPU-profiled op tables, calibrated on measured whole steps.
 
-`ProfileLatencyModel` sums per-op times read from a table directory (see ``profiles/table.py``
-for the format), then applies a small calibration fitted ONLY on the whole steps whose ``split``
-is ``train``; the ``test`` steps give the published held-out error.
+`ProfileLatencyModel` sums per-op times read from a table directory (see
+``simulator/latency/table.py`` for the format), then applies a small calibration fitted ONLY on
+the whole steps whose ``split`` is ``train``; the ``test`` steps give the published held-out error.
 
 Step time (seconds) = ``base + mixed * [prefill_tokens > 0] + gamma * ops + allreduce``, with
 
@@ -30,7 +30,8 @@ Step time (seconds) = ``base + mixed * [prefill_tokens > 0] + gamma * ops + allr
 Decode attention and the spread of contexts: torch 2.11's varlen_attn takes no block table and
 no split-KV setting, and a decode call lasts about as long as its longest sequence takes (its
 kernel time jumps with batch size and ``max_k``). The ``uneven=1`` rows hold contexts at fixed
-lognormal (sigma 0.8) quantiles (`profiles.table.uneven_weights`), the ``uneven=0`` rows equal
+lognormal (sigma 0.8) quantiles (`simulator.latency.table.uneven_weights`), the ``uneven=0`` rows
+equal
 contexts. Given the step's longest decode context (``decode_max``), decode attention is linear
 in it between the equal-context value (longest = mean) and the lognormal one, extrapolated up to
 ``SPREAD_EXTRAP`` gaps beyond and held there (`_decode_time`); without it (``decode_max`` 0, or a
@@ -73,9 +74,11 @@ import os
 import warnings
 from bisect import bisect_left, bisect_right
 
-from profiles.table import GEMM_OPS, Table, load_table, uneven_weights
-from profiles.torch_model import CAPTURE_SIZES
 from simulator.errors import ConfigError
+from simulator.latency.table import CAPTURE_SIZES, GEMM_OPS, Table, load_table, uneven_weights
+from simulator.models import ModelSpec
+from simulator.precision import ACT_DTYPE, DTYPE_BYTES
+from simulator.served import ShardedModel
 
 LAYER_GEMMS = ("qkv", "o", "gate_up", "down")
 # elementwise ops run per layer, with their count per layer
@@ -399,7 +402,7 @@ class ProfileLatencyModel:
         shapes = table.meta.get("per_gpu_shapes") or {}
         gpu = table.meta.get("gpu") or {}
         try:
-            heads = int(shapes.get("heads") or getattr(model_spec, "num_heads", 0) // self.tp)
+            heads = int(shapes.get("heads") or _heads_per_gpu(model_spec, self.tp))
             sms = int(gpu.get("sm_count") or 0)
         except (TypeError, ValueError):
             raise ConfigError(
@@ -456,7 +459,8 @@ class ProfileLatencyModel:
         lat = float(est.get("latency_us", DEFAULT_AR_LATENCY_US)) * 1e-6
         hidden = int(self.table.meta["model"].get("hidden_size", model_spec.hidden_size))
         self._ar_tok = [1.0, 1e6]
-        self._ar = [lat + 2 * (self.tp - 1) / self.tp * t * hidden * 2 / bw for t in self._ar_tok]
+        act = DTYPE_BYTES[ACT_DTYPE]
+        self._ar = [lat + 2 * (self.tp - 1) / self.tp * t * hidden * act / bw for t in self._ar_tok]
         self.allreduce_source = f"estimated (ring, {bw / 1e9:.0f} GB/s bus, {lat * 1e6:.0f} us)"
         self._warn_static(
             f"all-reduce for tp={self.tp} not measured: estimated with a ring formula "
@@ -1032,6 +1036,12 @@ def _nnls(a_rows: list[list[float]], y: list[float]) -> list[float]:
 
     coef, _ = nnls(np.asarray(a_rows, dtype=float), np.asarray(y, dtype=float))
     return [float(c) for c in coef]
+
+
+def _heads_per_gpu(model_spec, tp: int) -> int:
+    """Query heads per GPU from the served model's description (0 for the shape-less stand-in
+    `load_for_report` builds from a table's meta)."""
+    return ShardedModel(model_spec, tp).heads if isinstance(model_spec, ModelSpec) else 0
 
 
 def load_for_report(table_dir: str) -> ProfileLatencyModel:

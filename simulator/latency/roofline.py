@@ -10,17 +10,21 @@ Ceilings are `GPUSpec.peak_flops` / `GPUSpec.peak_bandwidth`: measured matmul / 
 known (H100, H200), else spec x a default efficiency.
 
 Operations of one step (T = prefill_tokens + decode_seqs tokens computed, S = prefill_seqs +
-decode_seqs sequences that sample), per GPU of a TP group of ``tp``:
+decode_seqs sequences that sample), per GPU of a TP group of ``tp``, are the op list of
+`simulator.served.ShardedModel` (shapes, counts, dtypes and bytes come from there alone):
 
-* per layer, four GEMMs: QKV, O, gate/up, down. Weights (1/tp of them) are read once per step;
-  activations are read and written once. FLOPs = 2 x T x weight parameters.
+* per layer, four GEMMs: QKV, O, gate/up, down. Weights (1/tp of them, in the model's weight
+  format) are read once per step; activations are read (in the GEMM input dtype: FP8 for W8A8)
+  and written (bf16) once. FLOPs = 2 x T x weight parameters, at the tensor-core peak of the GEMM
+  input dtype (`GPUSpec.peak_flops_for`: FP8 for ``weights: fp8``, else bf16).
 * attention, one varlen kernel over the batch (as in vLLM v1): FLOPs = 4 x heads/tp x head_dim
   x (prefill_attn + decode_ctx) per layer; bytes = Q read and O written for every token, K and V
   read for the ``decode_ctx`` keys of decoding sequences and for the new prompt tokens (keys of
   earlier chunks are not in the features, so their reads are left out: a lower bound).
 * elementwise, bandwidth-bound: two fused residual-add + RMSNorm per layer, rotary on q and k,
   SiLU-and-mul, the KV-cache write, plus the embedding gather and final norm once per step.
-* LM head (1/tp of the vocabulary) and sampler (fp32 logits written and read) for the S
+* LM head (1/tp of the vocabulary, bf16 in every precision, as vLLM serves it) and sampler
+  (fp32 logits written and read) for the S
   sequences that sample only.
 * TP all-reduce when tp > 1: two per layer over T x hidden bf16 values, ring cost
   ``2 (tp-1)/tp x bytes / link bandwidth + link latency`` each.
@@ -39,13 +43,11 @@ few float operations (about 0.8 us per call with Python 3.11; see ``tests/test_r
 from __future__ import annotations
 
 from simulator.hardware import GPUSpec, LinkSpec, default_tp_link
-from simulator.models import ACT_BYTES, ModelSpec
+from simulator.models import ModelSpec
+from simulator.served import ShardedModel
 
 #: Default fixed cost of one engine step outside GPU kernels, seconds (see module docstring).
 DEFAULT_STEP_OVERHEAD_S = 1e-3
-
-#: Bytes per logit in the sampler (fp32), written once and read once.
-_LOGIT_BYTES = 4
 
 
 class RooflineLatencyModel:
@@ -84,7 +86,8 @@ class RooflineLatencyModel:
         "_lm_f",
         "_lm_b",
         "_lm_w",
-        "_shape",
+        "served",
+        "_gemm_peak",
     )
 
     def __init__(
@@ -111,44 +114,43 @@ class RooflineLatencyModel:
             allreduce_link = default_tp_link(gpu)
         self.allreduce_link = allreduce_link
 
-        s = _per_gpu_shape(model, tp)
-        self._shape = s
-        flops, bw = gpu.peak_flops, gpu.peak_bandwidth
-        L, bpw = model.num_layers, model.bytes_per_weight  # noqa: N806
+        self.served = sm = ShardedModel(model, tp)
+        self._fold_constants(sm, gpu)
 
-        # GEMMs: time = max(T * f, T * b + w), summed over layers.
-        def gemm(params: float, act_in: float, act_out: float) -> tuple[float, float, float]:
-            return (
-                L * 2 * params / flops,
-                L * (act_in + act_out) * ACT_BYTES / bw,
-                L * params * bpw / bw,
-            )
+    def _fold_constants(self, sm: ShardedModel, gpu: GPUSpec) -> None:
+        """Fold the op list into the few per-token / per-step constants `step_time` needs.
 
-        self._qkv_f, self._qkv_b, self._qkv_w = gemm(s["qkv_params"], s["hidden"], s["qkv_out"])
-        self._o_f, self._o_b, self._o_w = gemm(s["o_params"], s["q_out"], s["hidden"])
-        self._gu_f, self._gu_b, self._gu_w = gemm(s["gu_params"], s["hidden"], 2 * s["inter"])
-        self._dn_f, self._dn_b, self._dn_w = gemm(s["dn_params"], s["inter"], s["hidden"])
-
-        # Attention: max(pairs * f, T * qo + kv_tokens * kv).
-        self._attn_f = L * 4 * s["q_out"] / flops
-        self._attn_qo = L * 2 * s["q_out"] * ACT_BYTES / bw
-        self._attn_kv = L * 2 * s["kv_out"] * model.bytes_per_kv / bw
-
-        # LM head + sampler: max(S * f, S * b + w), per sampling sequence.
-        self._lm_f = 2 * s["lm_params"] / flops
-        self._lm_b = (
-            (s["hidden"] + s["vocab"]) * ACT_BYTES + 2 * model.vocab_size * _LOGIT_BYTES
-        ) / bw
-        self._lm_w = s["lm_params"] * bpw / bw
-
-        # Linear in T: elementwise ops and all-reduce bandwidth; fixed: overhead + latencies.
-        lin = s["elementwise_bytes_per_token"] / bw
+        Layer GEMMs: time = max(T * f, T * b + w), summed over layers (four for Llama, unrolled in
+        `step_time`). Attention: max(pairs * f, T * qo + kv_tokens * kv). LM head + sampler:
+        max(S * f, S * b + w). Elementwise ops and the all-reduce's bandwidth are linear in T;
+        the overhead and the all-reduce's latencies are fixed.
+        """
+        bw, L = gpu.peak_bandwidth, sm.layers  # noqa: N806
+        self._gemm_peak = gpu.peak_flops_for(sm.weight_format.gemm_dtype)
+        gemms = [
+            (L * o.flops_per_token / self._gemm_peak, L * o.act_bytes_per_token / bw,
+             L * o.weight_bytes / bw)
+            for o in sm.layer_gemms()
+        ]  # fmt: skip
+        if len(gemms) != 4:
+            raise ValueError(f"roofline expects 4 layer GEMMs, {sm.spec.name} has {len(gemms)}")
+        (self._qkv_f, self._qkv_b, self._qkv_w), (self._o_f, self._o_b, self._o_w) = gemms[:2]
+        (self._gu_f, self._gu_b, self._gu_w), (self._dn_f, self._dn_b, self._dn_w) = gemms[2:]
+        attn = sm.op("attention")
+        self._attn_f = L * attn.flops_per_token / gpu.peak_flops
+        self._attn_qo = L * attn.act_bytes_per_token / bw
+        self._attn_kv = L * attn.kv_bytes_per_key / bw
+        lm, sampler = sm.op("lm_head"), sm.op("sampling")
+        self._lm_f = lm.flops_per_token / gpu.peak_flops_for(lm.in_dtype)
+        self._lm_b = (lm.act_bytes_per_token + sampler.act_bytes_per_token) / bw
+        self._lm_w = lm.weight_bytes / bw
+        lin = _elementwise_bytes_per_token(sm) / bw
         fixed = self.step_overhead_s
-        if tp > 1:
-            link = self.allreduce_link
-            ring = 2 * (tp - 1) / tp
-            lin += 2 * L * ring * s["hidden"] * ACT_BYTES / link.bandwidth
-            fixed += 2 * L * link.latency
+        if self.tp > 1:
+            link, ar = self.allreduce_link, sm.op("allreduce")
+            ring = 2 * (self.tp - 1) / self.tp
+            lin += ar.count * L * ring * ar.act_bytes_per_token / link.bandwidth
+            fixed += ar.count * L * link.latency
         self._lin = lin
         self._fixed = fixed
 
@@ -204,9 +206,8 @@ class RooflineLatencyModel:
         (``flops``, ``bytes``), and ``gemm_compute_s`` / ``gemm_memory_s`` (the two sides of the
         GEMM rooflines, summed) to tell compute-bound from memory-bound steps.
         """
-        m, s = self.model, self._shape
-        flops, bw = self.gpu.peak_flops, self.gpu.peak_bandwidth
-        L = m.num_layers  # noqa: N806
+        sm, bw = self.served, self.gpu.peak_bandwidth
+        L = sm.layers  # noqa: N806
         t = prefill_tokens + decode_seqs
         n = prefill_seqs + decode_seqs
         out = dict.fromkeys(
@@ -216,41 +217,33 @@ class RooflineLatencyModel:
         if t <= 0:
             return out
 
-        def op(term: str, f: float, b: float) -> None:
-            out[term] += max(f / flops, b / bw)
+        def op(term: str, f: float, b: float, peak: float) -> None:
+            out[term] += max(f / peak, b / bw)
             out["flops"] += f
             out["bytes"] += b
 
-        gemms = (
-            (s["qkv_params"], s["hidden"], s["qkv_out"]),
-            (s["o_params"], s["q_out"], s["hidden"]),
-            (s["gu_params"], s["hidden"], 2 * s["inter"]),
-            (s["dn_params"], s["inter"], s["hidden"]),
-        )
-        for params, act_in, act_out in gemms:
-            f = L * 2 * t * params
-            b = L * (params * m.bytes_per_weight + t * (act_in + act_out) * ACT_BYTES)
-            op("gemm", f, b)
-            out["gemm_compute_s"] += f / flops
+        for g in sm.layer_gemms():
+            f = L * t * g.flops_per_token
+            b = L * (g.weight_bytes + t * g.act_bytes_per_token)
+            op("gemm", f, b, self._gemm_peak)
+            out["gemm_compute_s"] += f / self._gemm_peak
             out["gemm_memory_s"] += b / bw
-        attn_f = L * 4 * s["q_out"] * (prefill_attn + decode_ctx)
+        attn = sm.op("attention")
+        attn_f = L * attn.flops_per_token * (prefill_attn + decode_ctx)
         attn_b = L * (
-            2 * t * s["q_out"] * ACT_BYTES
-            + 2 * (prefill_tokens + decode_ctx) * s["kv_out"] * m.bytes_per_kv
+            t * attn.act_bytes_per_token + (prefill_tokens + decode_ctx) * attn.kv_bytes_per_key
         )
-        op("attention", attn_f, attn_b)
-        op("elementwise", 0.0, t * s["elementwise_bytes_per_token"])
+        op("attention", attn_f, attn_b, self.gpu.peak_flops)
+        op("elementwise", 0.0, t * _elementwise_bytes_per_token(sm), self.gpu.peak_flops)
         if n > 0:
-            lm_f = 2 * n * s["lm_params"]
-            lm_b = s["lm_params"] * m.bytes_per_weight + n * (
-                (s["hidden"] + s["vocab"]) * ACT_BYTES + 2 * m.vocab_size * _LOGIT_BYTES
-            )
-            op("lm_head", lm_f, lm_b)
+            lm, sampler = sm.op("lm_head"), sm.op("sampling")
+            lm_b = lm.weight_bytes + n * (lm.act_bytes_per_token + sampler.act_bytes_per_token)
+            op("lm_head", n * lm.flops_per_token, lm_b, self.gpu.peak_flops_for(lm.in_dtype))
         if self.tp > 1:
-            link = self.allreduce_link
-            nbytes = t * s["hidden"] * ACT_BYTES
+            link, ar = self.allreduce_link, sm.op("allreduce")
             ring = 2 * (self.tp - 1) / self.tp
-            out["allreduce"] = 2 * L * (ring * nbytes / link.bandwidth + link.latency)
+            nbytes = t * ar.act_bytes_per_token
+            out["allreduce"] = ar.count * L * (ring * nbytes / link.bandwidth + link.latency)
         return out
 
     def describe(self) -> dict:
@@ -263,6 +256,8 @@ class RooflineLatencyModel:
             "gpu": self.gpu.name,
             "tp": self.tp,
             "peak_flops": self.gpu.peak_flops,
+            "gemm_peak_flops": self._gemm_peak,
+            "precision": self.model.precision.describe(),
             "peak_bandwidth": self.gpu.peak_bandwidth,
             "ceilings": self.gpu.ceilings_source,
             "step_overhead_s": self.step_overhead_s,
@@ -282,37 +277,15 @@ class RooflineLatencyModel:
         return f"RooflineLatencyModel({self.model.name!r}, {self.gpu.name!r}, tp={self.tp})"
 
 
-def _per_gpu_shape(model: ModelSpec, tp: int) -> dict[str, float]:
-    """Widths (elements) and parameter counts one GPU of a TP group handles.
-
-    Heads, the MLP intermediate dimension and the vocabulary are split over ``tp``; KV heads are
-    split, or replicated (one per GPU) when tp exceeds them, as vLLM does. ``hidden`` is not split.
-    """
-    h, d = model.hidden_size, model.head_dim
-    q_out = model.num_heads // tp * d
-    kv_out = model.kv_heads_per_gpu(tp) * d
-    inter = model.intermediate_size / tp
-    vocab = model.vocab_size / tp
-    per_layer_elem = ACT_BYTES * (
-        2 * 4 * h  # two fused residual-add + RMSNorm: read x and residual, write both
-        + 2 * (q_out + kv_out)  # rotary: read and write q and k
-        + 3 * inter  # SiLU-and-mul: read gate and up, write the product
-    ) + 2 * kv_out * (ACT_BYTES + model.bytes_per_kv)  # KV-cache write: read k, v; store them
-    per_step_elem = ACT_BYTES * (2 * h + 4 * h)  # embedding gather; final residual-add + norm
-    return {
-        "hidden": h,
-        "q_out": q_out,
-        "kv_out": kv_out,
-        "qkv_out": q_out + 2 * kv_out,
-        "inter": inter,
-        "vocab": vocab,
-        "qkv_params": h * (q_out + 2 * kv_out),
-        "o_params": q_out * h,
-        "gu_params": 2 * h * inter,
-        "dn_params": inter * h,
-        "lm_params": h * vocab,
-        "elementwise_bytes_per_token": model.num_layers * per_layer_elem + per_step_elem,
-    }
+def _elementwise_bytes_per_token(sm: ShardedModel) -> float:
+    """HBM bytes per computed token of the bandwidth-bound elementwise ops (layers' and the
+    step's: norms, rotary, SiLU-and-mul, KV-cache write, embedding gather, final norm)."""
+    total = 0.0
+    for o in sm.ops:
+        if o.kind == "elementwise":
+            per = o.count * o.act_bytes_per_token
+            total += sm.layers * per if o.scope == "layer" else per
+    return total
 
 
 __all__ = ["DEFAULT_STEP_OVERHEAD_S", "RooflineLatencyModel"]

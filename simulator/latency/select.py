@@ -5,9 +5,11 @@
   the roofline model, labelled as such. With the ``vllm`` policy, the whole-step table measured
   through vLLM (``profiles/<gpu>/vllm-0.24/<model>_tp<k>/``, `engine_steps`) comes first: it
   times the engine that policy schedules; other policies keep servesim's own forward's tables
-  (``profiles/<gpu>/<model>_tp<k>/``). A table is only used for the precision it measured
-  (``dtype`` / ``kv_cache_dtype`` in its meta): otherwise ``auto`` falls back to the roofline
-  model and says so, and ``profile`` or a table named with ``table`` is an error;
+  (``profiles/<gpu>/<model>_tp<k>/``). A table is only used for the model, TP and precision it
+  measured (``precision`` in its meta, else ``dtype`` / ``kv_cache_dtype``; and its
+  ``op_fingerprint`` when present): otherwise ``auto`` falls back to the roofline model and says
+  so (printed and in summary.json), and ``profile`` or a table named with ``table`` is an error
+  naming both sides;
 * ``profile``: a profiled table (``latency.table`` names its folder; default as for auto), an
   error if none;
 * ``roofline``: the analytic bound from the model and GPU catalogs;
@@ -24,7 +26,9 @@ from simulator.files import load_yaml_file
 from simulator.hardware import GPUSpec
 from simulator.latency.constant import ConstantLatencyModel
 from simulator.latency.roofline import DEFAULT_STEP_OVERHEAD_S, RooflineLatencyModel
+from simulator.latency.table import table_precision
 from simulator.models import ModelSpec
+from simulator.served import ShardedModel
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,31 +50,29 @@ def default_table_dir(
     return None
 
 
-#: bytes per element of the dtypes a table's ``meta.yaml`` names (``dtype``, ``kv_cache_dtype``)
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "fp8": 1, "float8_e4m3fn": 1, "int4": 0.5}
-
-
-def _precision_mismatch(table_dir: Path, model: ModelSpec) -> str | None:
-    """Why ``table_dir`` did not measure ``model``'s precision (weights and KV bytes, from the
-    table's ``dtype`` / ``kv_cache_dtype``; tables that name neither measured bf16), or None.
-    Every table is checked, shipped or named: no table times a precision it did not run."""
+def _table_mismatch(table_dir: Path, model: ModelSpec, tp: int) -> str | None:
+    """Why ``table_dir`` did not measure ``model`` as served at ``tp``, or None: its precision
+    (`table_precision`: ``precision:``, else ``dtype`` / ``kv_cache_dtype``) must equal the
+    model's by name, and its ``op_fingerprint``, when it has one, the served model's op list.
+    Every table is checked, shipped or named: no table times a model it did not run."""
     meta_path = table_dir / "meta.yaml"
     meta = load_yaml_file(meta_path, "table meta.yaml") if meta_path.is_file() else {}
-    names = (str(meta.get("dtype", "bfloat16")), str(meta.get("kv_cache_dtype", "")))
-    names = (names[0], names[1] or names[0])
-    for name in names:
-        if name not in DTYPE_BYTES:
-            raise ConfigError(str(meta_path), "dtype", f"unknown dtype {name!r}")
-    w, kv = (DTYPE_BYTES[n] for n in names)
-    if (w, kv) == (model.bytes_per_weight, model.bytes_per_kv):
-        return None
-    measured = "bf16 weights and KV" if (w, kv) == (2, 2) else (
-        f"{w:g} bytes per weight and {kv:g} per KV element")  # fmt: skip
-    return (
-        f"the table {_label(table_dir)} measured {measured}; {model.name} "
-        f"has {model.bytes_per_weight:g} bytes per weight and {model.bytes_per_kv:g} per KV "
-        "element"
-    )
+    if not isinstance(meta, dict):
+        raise ConfigError(str(meta_path), "<top>", "expected a mapping")
+    measured = table_precision(meta, str(meta_path))
+    if measured != model.precision:
+        return (
+            f"the table {_label(table_dir)} measured {measured.describe()}; {model.name} is "
+            f"served with {model.precision.describe()}"
+        )
+    theirs = meta.get("op_fingerprint")
+    ours = ShardedModel(model, tp).op_fingerprint
+    if theirs is not None and str(theirs) != ours:
+        return (
+            f"the table {_label(table_dir)} measured the op list {theirs}; {model.name} at tp{tp} "
+            f"runs the op list {ours}"
+        )
+    return None
 
 
 def _label(table_dir: Path) -> str:
@@ -105,11 +107,11 @@ def build_latency(
         table_dir = _resolve(table, Path(base_dir))
         if table_dir is None:
             raise sec.error("table", f"no profiled table folder at {table!r}")
-    mismatch = _precision_mismatch(table_dir, model) if table_dir is not None else None
+    mismatch = _table_mismatch(table_dir, model, tp) if table_dir is not None else None
     if mismatch and (kind == "profile" or table is not None):
         raise sec.error(
             "table" if table is not None else "model",
-            f"{mismatch} (name a table measured at that precision with latency.table)",
+            f"{mismatch} (name a table measured for it with latency.table, or use model: roofline)",
         )
     if table_dir is None or mismatch:
         if kind == "profile":

@@ -1,8 +1,10 @@
 """The on-disk format of a step-latency table, and its strict reader.
 
-A table lives in ``profiles/<gpu>/<model>_tp<k>/`` and holds one CSV per op family plus
-``meta.yaml``. Times are microseconds (``*_us``); each measured row keeps the median and the p10 /
-p90 spread over repeats. All shapes are per GPU (TP-sharded). Schema (version 1):
+It lives in `simulator` because the simulator reads tables; the profiler (``profiles/``) writes
+them with the writers at the end of this module. A table lives in
+``profiles/<gpu>/<model>_tp<k>/`` and holds one CSV per op family plus ``meta.yaml``. Times are
+microseconds (``*_us``); each measured row keeps the median and the p10 / p90 spread over
+repeats. All shapes are per GPU (TP-sharded). Schema (version 1):
 
 * ``gemm.csv``         op (qkv|o|gate_up|down|lm_head), tokens, n, k, median_us, p10_us, p90_us
 * ``attn_prefill.csv`` seqs, chunk, context_before, median_us, p10_us, p90_us  (one layer, causal)
@@ -23,6 +25,11 @@ p90 spread over repeats. All shapes are per GPU (TP-sharded). Schema (version 1)
                        the step: input preparation, launch and GPU work; the ``*_us`` times
                        of steps.csv are the GPU's alone, by CUDA events)
 
+``meta.yaml`` may also say what it measured: ``precision: {weights: bf16|fp8|int4,
+kv_cache_dtype: bf16|fp8}`` (without it, `table_precision` derives it from ``dtype`` and
+``kv_cache_dtype``) and ``op_fingerprint`` (`simulator.served.ShardedModel.op_fingerprint` of the
+model it ran; checked when present).
+
 Invariants: every file named above except allreduce.csv exists; every CSV has at least its
 required columns, numbers where numbers are expected, and no negative times; ``meta.yaml`` names
 the model, the TP degree and ``schema_version: 1``. Anything else is a `ConfigError` naming the
@@ -40,8 +47,13 @@ from dataclasses import dataclass, field
 from simulator.errors import ConfigError
 from simulator.files import load_yaml_file, read_text
 from simulator.latency.base import STEP_FEATURES
+from simulator.precision import META_DTYPE_NAMES, Precision
 
 SCHEMA_VERSION = 1
+
+#: Decode batch sizes the profiler's step runner captures CUDA graphs for: a graphed decode of b
+#: sequences runs padded to the next size, and the profiled latency model charges it so.
+CAPTURE_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 #: decode rows with ``uneven=1`` hold contexts at the (i + 0.5) / n quantiles of a lognormal
 #: with this sigma (`uneven_weights`); the latency model needs the same law to know how long the
@@ -195,6 +207,34 @@ def read_meta(path: str) -> dict:
     if not isinstance(meta["gpu"], dict) or "key" not in meta["gpu"]:
         raise ConfigError(path, "gpu.key", "required field is missing")
     return meta
+
+
+def table_precision(meta: dict, meta_path: str) -> Precision:
+    """The precision a table measured: its ``precision:`` mapping when given, else derived from
+    ``dtype`` (absent: bf16 weights) and ``kv_cache_dtype`` (absent or ``auto``: bf16). A name
+    outside `META_DTYPE_NAMES` / the precision tables is a ConfigError naming the field."""
+    given = meta.get("precision")
+    if given is not None:
+        if not isinstance(given, dict) or set(given) - {"weights", "kv_cache_dtype"}:
+            raise ConfigError(
+                meta_path, "precision", "expected {weights: ..., kv_cache_dtype: ...}"
+            )
+        names = {k: str(given.get(k, "bf16")) for k in ("weights", "kv_cache_dtype")}
+        fields = {k: f"precision.{k}" for k in names}
+    else:
+        names = {}
+        fields = {"weights": "dtype", "kv_cache_dtype": "kv_cache_dtype"}
+        for key, field in fields.items():
+            raw = meta.get(field)
+            raw = "bf16" if raw is None else str(raw)
+            if raw not in META_DTYPE_NAMES:
+                raise ConfigError(meta_path, field, f"unknown dtype {raw!r}")
+            names[key] = META_DTYPE_NAMES[raw]
+    try:
+        return Precision(names["weights"], names["kv_cache_dtype"])
+    except ValueError as e:
+        field = fields[str(e).split()[0]]  # the message starts with the bad field's name
+        raise ConfigError(meta_path, field, str(e)) from None
 
 
 def load_table(table_dir: str, *, require_steps: bool = True) -> Table:

@@ -1,0 +1,315 @@
+"""One description of a served model: what each GPU of a TP group runs, stores and reads.
+
+`ShardedModel(spec, tp)` turns a `ModelSpec` (shapes and precision names) into, per GPU:
+
+* ``ops``: the list of operations a forward step runs (`Op`: kind, per-token shape, how many
+  times per layer / step / sampling sequence, dtypes, weight bytes, FLOPs and activation bytes
+  per token). Every consumer that needs shapes reads them here: the roofline model, the op
+  profiler and its GPU step runner, the profiled latency model, the metrics (MFU / MBU), the KV
+  capacity and speculative decoding's draft cost. Nothing else re-derives a per-GPU width.
+* ``kv_specs(block_size)``: the KV-cache layout as a list of per-layer-group specs, modelled on
+  vLLM v1's ``kv_cache_interface.py``. Only full attention exists today (`FullAttentionSpec`);
+  a sliding-window or MLA group is another `KVSpec` subclass with its own ``page_size_bytes``,
+  and consumers (capacity, bytes per token) only sum over the list.
+* a step's FLOPs and HBM bytes from its batch features (`step_flops`, `step_bytes`).
+
+Sharding follows vLLM: query heads, the MLP intermediate dimension and the vocabulary are split
+over ``tp`` (the vocabulary rounded up); KV heads are split, or replicated one per GPU when tp
+exceeds them; the hidden size is not split. Two all-reduces per layer join the shards.
+
+Invariants: ``spec.check_tp(tp)`` holds; every count, width and byte figure is positive (or 0
+for a term that does not exist, e.g. no collective at tp 1); `op_fingerprint` depends only on the
+op list, so two tables measured for equal op lists have equal fingerprints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+
+from simulator.models import ModelSpec
+from simulator.precision import ACT_DTYPE, DTYPE_BYTES, WEIGHT_FORMATS
+
+#: FLOPs of one multiply-add (a GEMM of ``n x k`` weights costs this x n x k per token).
+FLOPS_PER_MAC = 2
+#: K and V: the KV cache stores two vectors per token, layer and KV head.
+KV_TENSORS = 2
+#: Bytes per logit in the sampler (fp32), written once and read once.
+LOGIT_BYTES = 4
+
+#: Op kinds. ``sampling`` and ``collective`` ops are timed apart from the layers' ops.
+OP_KINDS = ("gemm", "attention", "elementwise", "sampling", "collective")
+#: How often an op runs: ``count`` times per layer, per step, or per sampling sequence.
+OP_SCOPES = ("layer", "step", "sample")
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operation of a forward step on one GPU.
+
+    ``shape``: gemm ``(n, k)`` of ``y[T, n] = x[T, k] @ W[n, k]^T``; attention ``(heads,
+    kv_heads, head_dim)``; elementwise, sampling and collective ops ``(width,)`` (the elements per
+    token they touch most). ``flops_per_token``: per token (attention: per (query, key) pair).
+    ``act_bytes_per_token``: activation bytes read and written per token; ``kv_bytes_per_key``
+    (attention only): K and V bytes read per key attended to; ``weight_bytes``: read once per
+    step when the op runs. All figures are per instance (multiply by ``count``).
+    """
+
+    name: str
+    kind: str
+    scope: str
+    count: int
+    shape: tuple[int, ...]
+    in_dtype: str = ACT_DTYPE
+    out_dtype: str = ACT_DTYPE
+    weight_dtype: str | None = None
+    weight_params: int = 0
+    weight_bytes: float = 0.0
+    flops_per_token: float = 0.0
+    act_bytes_per_token: float = 0.0
+    kv_bytes_per_key: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in OP_KINDS or self.scope not in OP_SCOPES:
+            raise ValueError(f"op {self.name}: kind {self.kind!r} / scope {self.scope!r}")
+
+
+@dataclass(frozen=True)
+class KVSpec:
+    """KV layout of a group of layers that share one page (block) format (vLLM's KVCacheSpec).
+
+    ``page_size_bytes`` is one block of one layer; the group holds ``num_layers`` such pages per
+    block. Subclasses (sliding window, MLA) change how a page is laid out, not this contract.
+    """
+
+    block_size: int
+    num_layers: int
+    dtype: str
+
+    @property
+    def page_size_bytes(self) -> float:
+        raise NotImplementedError
+
+    @property
+    def bytes_per_block(self) -> float:
+        """Bytes one KV block takes over all layers of the group."""
+        return self.page_size_bytes * self.num_layers
+
+    @property
+    def bytes_per_token(self) -> float:
+        """KV bytes one token occupies over all layers of the group (an int when whole, as
+        resolved configs and run fingerprints have always written it)."""
+        whole, rest = divmod(self.bytes_per_block, self.block_size)
+        return (
+            whole
+            if rest == 0 and isinstance(whole, int)
+            else self.bytes_per_block / self.block_size
+        )
+
+
+@dataclass(frozen=True)
+class FullAttentionSpec(KVSpec):
+    """Full attention: K and V for every token, ``num_kv_heads x head_size`` each, per layer."""
+
+    num_kv_heads: int
+    head_size: int
+
+    @property
+    def page_size_bytes(self) -> float:
+        return (
+            KV_TENSORS
+            * self.block_size
+            * self.num_kv_heads
+            * self.head_size
+            * DTYPE_BYTES[self.dtype]
+        )
+
+
+class ShardedModel:
+    """What one GPU of a TP group of ``tp`` runs for ``spec`` (see the module docstring).
+
+    Attributes: ``layers``, ``hidden``, ``heads``, ``kv_heads``, ``head_dim``, ``inter``,
+    ``vocab`` (per-GPU widths), ``weight_format`` (`WeightFormat`), ``kv_cache_dtype``, ``ops``.
+    """
+
+    def __init__(self, spec: ModelSpec, tp: int = 1):
+        spec.check_tp(tp)
+        self.spec, self.tp = spec, tp
+        self.layers = spec.num_layers
+        self.hidden = spec.hidden_size
+        self.heads = spec.num_heads // tp
+        self.kv_heads = spec.kv_heads_per_gpu(tp)
+        self.head_dim = spec.head_dim
+        self.inter = spec.intermediate_size // tp
+        self.vocab = math.ceil(spec.vocab_size / tp)
+        self.weight_format = WEIGHT_FORMATS[spec.weights]
+        self.kv_cache_dtype = spec.kv_cache_dtype
+        self.ops: tuple[Op, ...] = (*self._layer_ops(), *self._step_ops(), *self._sample_ops())
+
+    # ---- the op list ---------------------------------------------------------------------------
+
+    def _gemm(self, name: str, n: int, k: int, scope: str = "layer", quantized=True) -> Op:
+        """A GEMM ``[T, k] x [k, n]``; ``quantized`` ones use the model's weight format (the
+        embedding-sized LM head stays bf16, as vLLM serves it)."""
+        fmt = self.weight_format if quantized else WEIGHT_FORMATS[ACT_DTYPE]
+        return Op(
+            name, "gemm", scope, 1, (n, k), in_dtype=fmt.gemm_dtype, weight_dtype=fmt.name,
+            weight_params=n * k, weight_bytes=n * k * fmt.bytes_per_param,
+            flops_per_token=FLOPS_PER_MAC * n * k,
+            act_bytes_per_token=k * DTYPE_BYTES[fmt.gemm_dtype] + n * DTYPE_BYTES[ACT_DTYPE],
+        )  # fmt: skip
+
+    def _layer_ops(self) -> list[Op]:
+        h, d, act = self.hidden, self.head_dim, DTYPE_BYTES[ACT_DTYPE]
+        q, kv, inter = self.heads * d, self.kv_heads * d, self.inter
+        kv_b = DTYPE_BYTES[self.kv_cache_dtype]
+        ops = [
+            # two fused residual-add + RMSNorm: read x and residual, write both
+            Op("rmsnorm", "elementwise", "layer", 2, (h,), act_bytes_per_token=4 * h * act),
+            self._gemm("qkv", q + KV_TENSORS * kv, h),
+            # rotary: read and write q and k
+            Op("rotary", "elementwise", "layer", 1, (q + kv,),
+               act_bytes_per_token=2 * (q + kv) * act),
+            # KV-cache write: read k and v, store them in the cache dtype
+            Op("kv_write", "elementwise", "layer", 1, (KV_TENSORS * kv,),
+               out_dtype=self.kv_cache_dtype, act_bytes_per_token=KV_TENSORS * kv * (act + kv_b)),
+            # QK^T and PV: head_dim multiply-adds each per (query, key) pair and head
+            Op("attention", "attention", "layer", 1, (self.heads, self.kv_heads, d),
+               flops_per_token=2 * FLOPS_PER_MAC * self.heads * d,
+               act_bytes_per_token=2 * q * act, kv_bytes_per_key=KV_TENSORS * kv * kv_b),
+            self._gemm("o", h, q),
+            self._gemm("gate_up", 2 * inter, h),
+            # SiLU-and-mul: read gate and up, write the product
+            Op("silu_mul", "elementwise", "layer", 1, (inter,),
+               act_bytes_per_token=3 * inter * act),
+            self._gemm("down", h, inter),
+        ]  # fmt: skip
+        if self.tp > 1:
+            ops.append(Op("allreduce", "collective", "layer", 2, (h,), act_bytes_per_token=h * act))
+        return ops
+
+    def _step_ops(self) -> list[Op]:
+        h, act = self.hidden, DTYPE_BYTES[ACT_DTYPE]
+        return [
+            # embedding gather (read a row, write it), final residual-add + RMSNorm
+            Op("embed", "elementwise", "step", 1, (h,), act_bytes_per_token=2 * h * act),
+            Op("final_norm", "elementwise", "step", 1, (h,), act_bytes_per_token=4 * h * act),
+        ]
+
+    def _sample_ops(self) -> list[Op]:
+        v = self.spec.vocab_size
+        return [
+            self._gemm("lm_head", self.vocab, self.hidden, scope="sample", quantized=False),
+            # fp32 logits of the whole (gathered) vocabulary, written once and read once
+            Op("sampling", "sampling", "sample", 1, (v,), act_bytes_per_token=2 * v * LOGIT_BYTES),
+        ]
+
+    def op(self, name: str) -> Op:
+        """The op named ``name`` (KeyError if this model has none)."""
+        for o in self.ops:
+            if o.name == name:
+                return o
+        raise KeyError(name)
+
+    def layer_gemms(self) -> list[Op]:
+        """The GEMMs every layer runs, in execution order."""
+        return [o for o in self.ops if o.kind == "gemm" and o.scope == "layer"]
+
+    def gemm_shapes(self) -> dict[str, tuple[int, int]]:
+        """op name -> ``(n, k)`` of every GEMM, the LM head included (what the profiler times)."""
+        return {o.name: o.shape for o in self.ops if o.kind == "gemm"}
+
+    @property
+    def op_fingerprint(self) -> str:
+        """A short hash of the op list (names, kinds, scopes, counts, shapes, dtypes): a table
+        measured for one op list must not time another."""
+        text = ";".join(
+            f"{o.name},{o.kind},{o.scope},{o.count},{'x'.join(map(str, o.shape))},"
+            f"{o.in_dtype},{o.out_dtype},{o.weight_dtype}"
+            for o in self.ops
+        )
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    # ---- memory ------------------------------------------------------------------------------
+
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes of the whole model's weights in its weight format (summed over the TP group):
+        linear layers in the format, everything else (embedding, LM head, norms, biases) bf16."""
+        spec, fmt = self.spec, self.weight_format
+        other = spec.num_params - spec.num_linear_params
+        return spec.num_linear_params * fmt.bytes_per_param + other * DTYPE_BYTES[ACT_DTYPE]
+
+    @property
+    def weight_bytes_per_gpu(self) -> float:
+        """Weight bytes one GPU holds: the TP group's share (replicated norms are negligible)."""
+        return self.weight_bytes / self.tp
+
+    def kv_specs(self, block_size: int) -> list[KVSpec]:
+        """The KV layout per GPU: one spec per group of layers sharing a page format."""
+        return [
+            FullAttentionSpec(
+                block_size=block_size,
+                num_layers=self.layers,
+                dtype=self.kv_cache_dtype,
+                num_kv_heads=self.kv_heads,
+                head_size=self.head_dim,
+            )
+        ]
+
+    @property
+    def kv_bytes_per_token_per_gpu(self) -> float:
+        """KV-cache bytes one token occupies on each GPU of the group."""
+        return sum(s.bytes_per_token for s in self.kv_specs(1))
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """KV-cache bytes one token occupies over the whole group, replicated heads counted once
+        (what a P/D transfer of the whole model's KV or MBU counts)."""
+        return self.kv_bytes_per_token_per_gpu * self.spec.num_kv_heads / self.kv_heads
+
+    def kv_bytes_per_block_per_gpu(self, block_size: int) -> float:
+        """Bytes one KV block of ``block_size`` tokens takes on each GPU of the group."""
+        return sum(s.bytes_per_block for s in self.kv_specs(block_size))
+
+    # ---- work of a step ----------------------------------------------------------------------
+
+    @property
+    def linear_flops_per_token(self) -> float:
+        """FLOPs of the layers' GEMMs for one computed token (one GPU)."""
+        return self.layers * sum(o.count * o.flops_per_token for o in self.layer_gemms())
+
+    @property
+    def attn_flops_per_pair(self) -> float:
+        """FLOPs of one (query, key) pair over all layers (one GPU)."""
+        return self.layers * self.op("attention").flops_per_token
+
+    @property
+    def lm_head_flops_per_seq(self) -> float:
+        return self.op("lm_head").flops_per_token
+
+    def step_flops(self, tokens: float, attn_pairs: float, sample_seqs: float = 0) -> float:
+        """FLOPs one GPU does in a step of ``tokens`` computed tokens, ``attn_pairs`` (query,
+        key) pairs and ``sample_seqs`` sampling sequences."""
+        return (
+            float(self.linear_flops_per_token) * tokens
+            + float(self.attn_flops_per_pair) * attn_pairs
+            + float(self.lm_head_flops_per_seq) * sample_seqs
+        )
+
+    def step_min_bytes(self, steps: float, kv_tokens: float) -> float:
+        """The fewest HBM bytes of ``steps`` steps over the whole group: the weights once per
+        step plus ``kv_tokens`` tokens of KV read or written (MBU's numerator)."""
+        return self.weight_bytes * steps + self.kv_bytes_per_token * kv_tokens
+
+
+__all__ = [
+    "FLOPS_PER_MAC",
+    "FullAttentionSpec",
+    "KVSpec",
+    "KV_TENSORS",
+    "LOGIT_BYTES",
+    "Op",
+    "ShardedModel",
+]
