@@ -17,14 +17,15 @@ import json
 from pathlib import Path
 
 from simulator.models import ModelSpec
+from simulator.precision import Precision
 
 #: rope_theta per catalog family (published configs); any value gives the same step time
 _ROPE_THETA = {"llama-3": 500000.0, "llama-3.1": 500000.0, "qwen2.5": 1000000.0}
 
 
-def hf_config(spec: ModelSpec, weights: str = "bf16") -> dict:
-    """The ``config.json`` dict for ``spec``; ``weights="int4"`` adds a GPTQ checkpoint's
-    ``quantization_config`` and ``weights="fp8"`` an FP8 one (see `engine_precision`)."""
+def hf_config(spec: ModelSpec) -> dict:
+    """The ``config.json`` dict for ``spec``; int4 weights add a GPTQ checkpoint's
+    ``quantization_config`` and fp8 weights an FP8 one (see `engine_precision`)."""
     family = spec.name.rsplit("-", 1)[0]
     qwen = spec.qkv_bias
     cfg = {
@@ -49,17 +50,15 @@ def hf_config(spec: ModelSpec, weights: str = "bf16") -> dict:
     if not qwen:
         cfg["attention_bias"] = False
         cfg["mlp_bias"] = False
-    cfg.update(engine_precision(weights, "bf16")[0])
+    cfg.update(engine_precision(spec.weights, spec.kv_cache_dtype)[0])
     return cfg
 
 
-#: weight and KV-cache precisions an engine run can serve (names of the model section)
-WEIGHTS = ("bf16", "fp8", "int4")
-KV_CACHE_DTYPES = ("bf16", "fp8")
-
-#: a 4-bit weight-only checkpoint as GPTQ writes it (symmetric, group size 128, no act-order):
-#: vLLM serves it with its gptq_marlin method, whose kernel on Hopper is chosen at load time
-#: (the run's log names it)
+#: a 4-bit weight-only checkpoint as GPTQ writes it (symmetric, group size 128, no act-order).
+#: vLLM 0.24 serves ``quant_method: gptq`` with its ``auto_gptq`` method, which takes the first
+#: usable kernel of its mixed-precision list (``kernels/linear/__init__.py``,
+#: ``_POSSIBLE_KERNELS``): on Hopper that is Machete (CUTLASS, sm90; the CutlassW4A8 kernel ahead
+#: of it needs FP8 activations), Marlin elsewhere
 GPTQ_INT4 = {
     "quant_method": "gptq",
     "bits": 4,
@@ -84,29 +83,15 @@ def engine_precision(weights: str, kv_cache_dtype: str) -> tuple[dict, dict]:
     * int4 weights: a GPTQ checkpoint config (4-bit, group 128), weight-only: bf16 activations;
     * fp8 KV cache: ``kv_cache_dtype="fp8"`` (e4m3).
     """
-    if weights not in WEIGHTS:
-        raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
-    if kv_cache_dtype not in KV_CACHE_DTYPES:
-        raise ValueError(
-            f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, got {kv_cache_dtype!r}"
-        )
+    Precision(weights, kv_cache_dtype)  # names checked there (ValueError)
     quant = {"int4": GPTQ_INT4, "fp8": FP8_W8A8}.get(weights)
     cfg = {"quantization_config": dict(quant)} if quant else {}
     args = {"kv_cache_dtype": "fp8"} if kv_cache_dtype == "fp8" else {}
     return cfg, args
 
 
-def precision_tag(weights: str, kv_cache_dtype: str) -> str:
-    """Folder-name part of a precision: '' for bf16 weights and KV, else e.g. 'fp8-kvfp8',
-    'int4', 'kvfp8'."""
-    parts = [weights] if weights != "bf16" else []
-    if kv_cache_dtype != "bf16":
-        parts.append("kv" + kv_cache_dtype)
-    return "-".join(parts)
-
-
-def write_model_dir(spec: ModelSpec, out_dir: Path, weights: str = "bf16") -> Path:
+def write_model_dir(spec: ModelSpec, out_dir: Path) -> Path:
     """Write ``config.json`` into ``out_dir`` (created) and return the folder."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "config.json").write_text(json.dumps(hf_config(spec, weights), indent=1) + "\n")
+    (out_dir / "config.json").write_text(json.dumps(hf_config(spec), indent=1) + "\n")
     return out_dir

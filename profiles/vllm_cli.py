@@ -1,10 +1,10 @@
 """``servesim profile --engine vllm`` and ``servesim validate --engine vllm``.
 
-* ``profile --engine vllm --model M [--tp K] --out DIR``: on a GPU machine with vLLM 0.24.0,
-  writes the model's ``config.json`` and a job under ``DIR/raw/``, runs the profiling scenarios
-  through vLLM (`profiles.vllm_run`), and builds the table in ``DIR`` (`profiles.vllm_table`).
-  ``--rebuild`` rebuilds ``DIR`` from ``DIR/raw/`` on any machine (no GPU). Both print the
-  held-out error.
+* ``profile --engine vllm --model M [--tp K] [--weights fp8|int4] [--kv-cache-dtype fp8]
+  --out DIR``: on a GPU machine with vLLM 0.24.0, writes the model's ``config.json`` and a job
+  under ``DIR/raw/``, runs the profiling scenarios through vLLM (`profiles.vllm_run`), and
+  builds the table in ``DIR`` (`profiles.vllm_table`). ``--rebuild`` rebuilds ``DIR`` from
+  ``DIR/raw/`` on any machine (no GPU). Both print the held-out error.
 * ``validate --engine vllm FILE.yaml [--set K=V] [--real DIR]``: replays the experiment's
   arrivals through vLLM (GPU), or reads a stored real run (``--real``: a folder with
   ``<name>.json.gz`` and the engine's step log), refuses a real run of other arrivals, model,
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -28,6 +29,7 @@ from simulator.config import blame_overrides
 from simulator.errors import ConfigError
 from simulator.files import check_out_dir
 from simulator.models import load_model
+from simulator.precision import KV_CACHE_DTYPES, WEIGHT_FORMATS
 
 ENGINES = ("vllm",)
 
@@ -37,16 +39,22 @@ def profile_main(argv: list[str]) -> int:
     ap.add_argument("--engine", choices=ENGINES, required=True, help="serving engine to time")
     ap.add_argument("--model", required=True, help="catalog model name")
     ap.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree (>= 1)")
+    ap.add_argument("--weights", default="bf16", choices=list(WEIGHT_FORMATS), help="weights")
+    ap.add_argument(
+        "--kv-cache-dtype", default="bf16", choices=list(KV_CACHE_DTYPES), help="KV cache dtype"
+    )
     ap.add_argument("--gpu-key", default=None, help="table folder name (default from the GPU)")
     ap.add_argument("--out", required=True, help="table folder (raw runs go to OUT/raw)")
     ap.add_argument("--rebuild", action="store_true", help="rebuild OUT from OUT/raw (no GPU)")
     a = ap.parse_args(argv)
-    spec = _resolve_model(a.model)
+    spec = dataclasses.replace(
+        _resolve_model(a.model), weights=a.weights, kv_cache_dtype=a.kv_cache_dtype
+    )
     out = check_out_dir(a.out)
     raw = out / "raw"
     if not a.rebuild:
         _run_engine_job(spec, a.tp, raw, [{"name": "profile", "kind": "profile"}])
-    return _build_and_report(raw, out, a.gpu_key, spec.name, a.tp)
+    return _build_and_report(raw, out, a.gpu_key, spec, a.tp)
 
 
 def _run_engine_job(spec, tp: int, raw: Path, phases: list[dict]) -> None:
@@ -61,12 +69,13 @@ def _run_engine_job(spec, tp: int, raw: Path, phases: list[dict]) -> None:
     from profiles import vllm_run
 
     mdir = write_model_dir(spec, raw / "model")
-    job = {"model_dir": str(mdir), "tp": tp, "phases": phases}
+    precision = {"weights": spec.weights, "kv_cache_dtype": spec.kv_cache_dtype}
+    job = {"model_dir": str(mdir), "tp": tp, "precision": precision, "phases": phases}
     (raw / "job.json").write_text(json.dumps(job))
     asyncio.run(vllm_run.main_async(job, raw))
 
 
-def _build_and_report(raw: Path, out: Path, key: str | None, model: str, tp: int) -> int:
+def _build_and_report(raw: Path, out: Path, key: str | None, spec, tp: int) -> int:
     from profiles.vllm_table import build_table
     from simulator.latency.engine_steps import EngineStepModel
 
@@ -74,8 +83,8 @@ def _build_and_report(raw: Path, out: Path, key: str | None, model: str, tp: int
         raise ConfigError(str(raw), "engine.json", "no recorded engine run here")
     if key is None:
         key = gpu_key(json.loads((raw / "engine.json").read_text())["gpu"])
-    build_table(raw, out, key, model, tp)
-    m = EngineStepModel(out, model, tp)
+    build_table(raw, out, key, spec, tp)
+    m = EngineStepModel(out, spec.name, tp)
     print(json.dumps(m.heldout(), indent=1))
     return 0
 

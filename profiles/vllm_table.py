@@ -18,15 +18,22 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import re
 import time
 from pathlib import Path
 
 import numpy as np
 import yaml
 
+from profiles.gpu_energy import energy_between
 from profiles.vllm_steps import read_steps
+from simulator.errors import ConfigError
+from simulator.hardware import load_gpu
 from simulator.latency.base import chunk_attn_pairs
 from simulator.latency.engine_steps import STEP_COLUMNS
+from simulator.models import ModelSpec
+from simulator.precision import Precision
+from simulator.served import ShardedModel
 
 
 def step_rows(steps: list[dict]) -> list[dict]:
@@ -115,6 +122,30 @@ def label(rows: list[dict], scenarios: list[dict], bursts: dict[str, float]):
     return kept, dropped
 
 
+def flag_early_stamps(rows: list[dict], served, gpu) -> int:
+    """Tag ``burst = 4`` on a step whose interval is shorter than the GPU can physically run it
+    (its FLOPs at the datasheet's dense peak for its GEMM dtype, or its weight and KV bytes at
+    the datasheet's HBM bandwidth), and on the step before it; returns how many were tagged.
+
+    Why: the engine core stamps a step when it processes that step's output. Seen on H200: in
+    a run of 8k-token prefill steps (~190 ms each), one step stamped 387 ms after the previous
+    and the next 29 ms after it: the first stamp came ~180 ms late (the engine loop was held),
+    so neither interval is a step time, while their sum is two. Both are left out of the fit and
+    of the held-out report, and counted in ``meta.yaml``."""
+    peak = gpu.fp8_flops if served.weight_format.gemm_dtype == "fp8" else gpu.bf16_flops
+    tagged = 0
+    for prev, r in zip([None, *rows], rows, strict=False):
+        tokens = r["prefill_tokens"] + r["decode_seqs"]
+        flops = served.step_flops(tokens, r["decode_ctx"] + r["prefill_attn"])
+        nbytes = served.step_min_bytes(1, r["decode_ctx"] + tokens)
+        if r["dur_us"] / 1e6 < max(flops / peak, nbytes / gpu.hbm_bandwidth):
+            for x in (prev, r):
+                if x is not None and x.get("burst") != 4:
+                    x["burst"] = 4
+                    tagged += 1
+    return tagged
+
+
 def frontend_delays(phase: dict, steps: list[dict]) -> dict:
     """The serving path outside the engine loop, from the single-request prefill scenarios
     (an idle engine, one request): input = first step planned - submit (least squares in the
@@ -141,14 +172,94 @@ def frontend_delays(phase: dict, steps: list[dict]) -> dict:
     }
 
 
-def build_table(run_dir: Path, out_dir: Path, gpu_key: str, model_name: str, tp: int) -> dict:
-    """Write ``steps.csv`` and ``meta.yaml`` for the run's profile phase; returns the meta."""
+def scenario_energy(phase: dict, rows: list[dict], record: dict) -> list[dict]:
+    """Per profiling scenario: the GPUs' energy over its window and the sums of its steps'
+    features (what `simulator.energy` fits joules on). Scenarios the readings do not cover are
+    left out. Every step of the window counts here, burst steps too: they drew power."""
+    by_sc: dict[str, list[dict]] = {}
+    for r in rows:
+        by_sc.setdefault(r["scenario"], []).append(r)
+    out = []
+    for sc in phase["scenarios"]:
+        joules = energy_between(record, sc["t0"], sc["t1"])
+        rs = by_sc.get(sc["id"], [])
+        if joules is None or not rs:
+            continue
+        out.append(
+            {
+                "scenario": sc["id"],
+                "split": sc["split"],
+                "window_s": round(sc["t1"] - sc["t0"], 6),
+                "joules": round(joules, 3),
+                "busy_s": round(sum(r["dur_us"] for r in rs) / 1e6, 6),
+                "steps": len(rs),
+                "tokens": sum(r["prefill_tokens"] + r["decode_seqs"] for r in rs),
+                "decode_ctx": sum(r["decode_ctx"] for r in rs),
+                "prefill_attn": round(sum(r["prefill_attn"] for r in rs), 1),
+            }
+        )
+    return out
+
+
+ENERGY_COLUMNS = (
+    "scenario", "split", "window_s", "joules", "busy_s", "steps", "tokens", "decode_ctx",
+    "prefill_attn",
+)  # fmt: skip
+
+
+def _write_energy(run_dir: Path, out_dir: Path, phase: dict, rows: list[dict]) -> dict | None:
+    """``energy.csv`` and the meta's ``energy`` section, or None (and no file) without readings."""
+    path = run_dir / "energy.json.gz"
+    if not path.is_file():
+        return None
+    with gzip.open(path, "rt") as f:
+        record = json.load(f)
+    idle = record.get("idle_window")
+    idle_j = energy_between(record, *idle) if idle else None
+    per_sc = scenario_energy(phase, rows, record)
+    if idle_j is None or not per_sc:
+        return None
+    with open(out_dir / "energy.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=ENERGY_COLUMNS)
+        w.writeheader()
+        w.writerows(per_sc)
+    return {
+        "source": f"{record['source']}, sampled every {record['period_s']} s",
+        "idle_w": round(idle_j / (idle[1] - idle[0]), 2),
+        "gpus": len(record["mj"][0]) if record["mj"] else 0,
+        "counter_refresh_s": 0.1,
+        "scenarios": len(per_sc),
+    }
+
+
+def _kernels(run_dir: Path) -> dict:
+    """The kernels vLLM's log says it selected: linear layers (by quantization method) and the
+    attention backend. A method whose choice the log does not print is absent."""
+    log = run_dir / "log.txt"
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    found = {m.group(2): m.group(1) for m in _LINEAR_KERNEL.finditer(text)}
+    backend = _ATTENTION_BACKEND.search(text)
+    if backend:
+        found["attention"] = backend.group(1)
+    return found
+
+
+#: "Selected CutlassFP8ScaledMMLinearKernel for Fp8LinearMethod" (or "Using ... for ...")
+_LINEAR_KERNEL = re.compile(r"(?:Selected|Using) (\w+Kernel) for (\w+)")
+#: "Using FLASH_ATTN attention backend out of potential backends: [...]"
+_ATTENTION_BACKEND = re.compile(r"Using (\w+) attention backend")
+
+
+def build_table(run_dir: Path, out_dir: Path, gpu_key: str, spec: ModelSpec, tp: int) -> dict:
+    """Write ``steps.csv``, ``energy.csv`` (when the run read the GPUs' energy) and
+    ``meta.yaml`` for the run's profile phase; returns the meta."""
     engine = json.loads((run_dir / "engine.json").read_text())
     with gzip.open(run_dir / "profile.json.gz", "rt") as f:
         phase = json.load(f)
     bursts = submit_bursts(phase["scenarios"], phase["requests"])
     steps = read_steps(str(run_dir / "steps.jsonl"))
     rows, dropped = label(step_rows(steps), phase["scenarios"], bursts)
+    early = flag_early_stamps(rows, ShardedModel(spec, tp), load_gpu(gpu_key, "--gpu-key", "gpu"))
     frontend = frontend_delays(phase, steps)
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "steps.csv", "w", newline="") as f:
@@ -156,17 +267,30 @@ def build_table(run_dir: Path, out_dir: Path, gpu_key: str, model_name: str, tp:
         w.writeheader()
         for i, r in enumerate(rows):
             w.writerow({"step_id": i, **r})
+    energy = _write_energy(run_dir, out_dir, phase, rows)
+    # runs recorded before precision was a job field served bf16 weights and KV
+    precision = engine.get("precision") or {"weights": "bf16", "kv_cache_dtype": "bf16"}
+    if Precision(**precision) != spec.precision:
+        raise ConfigError(
+            str(run_dir / "engine.json"),
+            "precision",
+            f"the run served {Precision(**precision).describe()}; the table is asked for "
+            f"{spec.precision.describe()}",
+        )
     meta = {
         "schema_version": 1,
         "kind": "engine_steps",
         "engine": {"name": "vllm", "version": engine["vllm_version"]},
         "gpu": {"key": gpu_key, "name": engine["gpu"], "count_visible": engine["gpu_count"]},
-        "model": {"name": model_name},
+        "model": {"name": spec.name},
         "tp": tp,
+        "precision": precision,
         "dtype": "bfloat16",
         "kv_cache_dtype": "bfloat16"
         if engine["cache"]["cache_dtype"] == "auto"
         else engine["cache"]["cache_dtype"],
+        "quantization": engine["model"].get("quantization"),
+        "kernels": _kernels(run_dir),
         "torch_version": engine["torch_version"],
         "engine_config": {k: engine[k] for k in ("scheduler", "cache", "model", "compilation")},
         "kv_capacity_tokens": engine["cache"]["num_gpu_blocks"] * engine["cache"]["block_size"],
@@ -174,10 +298,12 @@ def build_table(run_dir: Path, out_dir: Path, gpu_key: str, model_name: str, tp:
         "steps": {
             "recorded": len(rows) + dropped,
             "outside_scenarios": dropped,
+            "early_stamp_steps_left_out": early,
             "scenarios": len(phase["scenarios"]),
         },
         "step_time": "interval from max(previous completion, plan) to completion, engine clock",
         "frontend": frontend,
+        "energy": energy,
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "source": "servesim profile --engine vllm (profiles/vllm_run.py, profiles/vllm_grid.py)",
     }

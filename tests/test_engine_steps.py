@@ -271,22 +271,34 @@ def test_auto_picks_the_vllm_table_only_for_the_vllm_policy():
 def test_a_quantized_model_never_gets_a_bf16_table():
     from simulator.runner import build
 
+    def lat(model, latency=None):
+        cfg = _cfg("vllm", model)
+        if latency:
+            cfg["latency"] = latency
+        return build(cfg, str(REPO / "t.yaml"), REPO).latency
+
+    # fp8 weights + fp8 KV and int4 weights have tables of their own, measured in vLLM
     fp8 = {"base": "llama-3-8b", "weights": "fp8", "kv_cache_dtype": "fp8"}
-    lat = build(_cfg("vllm", fp8), str(REPO / "t.yaml"), REPO).latency
-    assert lat.name.startswith("roofline")
-    assert any("measured bf16" in w for w in lat.describe()["warnings"])
-    bf16 = build(_cfg("vllm", "mistral-7b"), str(REPO / "t.yaml"), REPO).latency
+    assert lat(fp8).dir.name == "llama-3-8b_fp8_tp1"
+    assert lat({"base": "llama-3-8b", "weights": "int4"}).dir.name == "llama-3-8b_int4-kv-bf16_tp1"
+    # fp8 weights with a bf16 KV cache have none: auto falls back, saying which table it refused
+    w8 = {"base": "llama-3-8b", "weights": "fp8"}
+    fallback = lat(w8)
+    assert fallback.name.startswith("roofline")
+    assert any("measured bf16" in w for w in fallback.describe()["warnings"])
+    bf16 = lat("mistral-7b")
     assert bf16.name.startswith("roofline")  # no table at all: no precision warning
     assert not any("measured bf16" in w for w in bf16.describe()["warnings"])
-    cfg = _cfg("vllm", fp8)
-    cfg["latency"] = {"model": "profile"}
     with pytest.raises(ConfigError, match="measured bf16"):
-        build(cfg, str(REPO / "t.yaml"), REPO)
+        lat(w8, {"model": "profile"})
     # a table named explicitly is checked as well, under auto and under profile
     for kind in ("auto", "profile"):
-        cfg["latency"] = {"model": kind, "table": "profiles/h200/vllm-0.24/llama-3-8b_tp1"}
+        named = {"model": kind, "table": "profiles/h200/vllm-0.24/llama-3-8b_tp1"}
         with pytest.raises(ConfigError, match=r"latency.table: .*measured bf16"):
-            build(cfg, str(REPO / "t.yaml"), REPO)
+            lat(fp8, named)
+        named["table"] = "profiles/h200/vllm-0.24/llama-3-8b_fp8_tp1"
+        with pytest.raises(ConfigError, match=r"latency.table: .*measured fp8 weights"):
+            lat("llama-3-8b", named)
 
 
 # --------------------------------------------------------------------- validation report

@@ -38,8 +38,10 @@ def test_profile_and_replay_are_recorded(tmp_path, weights, kv):
         intermediate_size=1024,
         vocab_size=32000,
         max_model_len=4096,
+        weights=weights,
+        kv_cache_dtype=kv,
     )
-    mdir = write_model_dir(spec, tmp_path / "model", weights)
+    mdir = write_model_dir(spec, tmp_path / "model")
     arr = tmp_path / "arrivals.json"
     arr.write_text(
         json.dumps(

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from simulator.cfg import Section
@@ -28,6 +29,7 @@ from simulator.latency.constant import ConstantLatencyModel
 from simulator.latency.roofline import DEFAULT_STEP_OVERHEAD_S, RooflineLatencyModel
 from simulator.latency.table import table_precision
 from simulator.models import ModelSpec
+from simulator.precision import Precision
 from simulator.served import ShardedModel
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -37,14 +39,22 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 ENGINE_TABLES = {"vllm": "vllm-0.24"}
 
 
+def table_folder(model: ModelSpec, tp: int) -> str:
+    """A table's folder name: ``<model>_tp<k>`` for bf16 weights and KV, else with the
+    precision's label between (``llama-3-8b_fp8_tp1``, ``llama-3-8b_int4-kv-bf16_tp1``)."""
+    if model.precision == Precision():
+        return f"{model.name}_tp{tp}"
+    return f"{model.name}_{model.precision.label}_tp{tp}"
+
+
 def default_table_dir(
     model: ModelSpec, gpu: GPUSpec, tp: int, engine: str | None = None
 ) -> Path | None:
-    """The shipped table for this (gpu, model, tp[, serving engine]), if there is one."""
+    """The shipped table for this (gpu, model, precision, tp[, serving engine]), if any."""
     subdirs = ([ENGINE_TABLES[engine]], []) if engine in ENGINE_TABLES else ([],)
     for gpu_dir in dict.fromkeys([gpu.name, gpu.name.split("-")[0]]):
         for parts in subdirs:
-            cand = REPO_ROOT.joinpath("profiles", gpu_dir, *parts, f"{model.name}_tp{tp}")
+            cand = REPO_ROOT.joinpath("profiles", gpu_dir, *parts, table_folder(model, tp))
             if (cand / "meta.yaml").is_file():
                 return cand
     return None
@@ -103,6 +113,10 @@ def build_latency(
         return _roofline(model, gpu, tp, overhead_ms, where, sec.key("model"))
     shipped = default_table_dir(model, gpu, tp, engine) if table is None else None
     table_dir = shipped
+    if table is None and shipped is None and model.precision != Precision():
+        # the model's bf16 table, when shipped, is checked (and refused) so that the fallback to
+        # the roofline model, or the error of `profile`, says why it is not used
+        table_dir = default_table_dir(_bf16(model), gpu, tp, engine)
     if table is not None:
         table_dir = _resolve(table, Path(base_dir))
         if table_dir is None:
@@ -133,6 +147,10 @@ def build_latency(
     from simulator.latency.profiled import ProfileLatencyModel
 
     return ProfileLatencyModel(table_dir, model, tp)
+
+
+def _bf16(model: ModelSpec) -> ModelSpec:
+    return dataclasses.replace(model, weights="bf16", kv_cache_dtype="bf16")
 
 
 def _roofline(model, gpu, tp, overhead_ms, where, key):

@@ -12,6 +12,7 @@ simulation uses the shipped vLLM table (fitted on profiling runs only) and the `
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -63,7 +64,8 @@ def _model_dir(out: Path, model: str, weights: str = "bf16") -> str:
     """The model folder, as a path relative to the repository root (jobs run from the root of
     a copy of the tree on the GPU machine, wherever that lies)."""
     name = model if weights == "bf16" else f"{model}-{weights}"
-    return str(write_model_dir(MODELS[model], out / "models" / name, weights).relative_to(ROOT))
+    spec = dataclasses.replace(MODELS[model], weights=weights)
+    return str(write_model_dir(spec, out / "models" / name).relative_to(ROOT))
 
 
 def _profile_job(out: Path, name: str, job: dict) -> None:
