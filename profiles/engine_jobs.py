@@ -58,6 +58,12 @@ def write_arrivals(cfg: dict, where: str, out: Path) -> dict:
     return fp
 
 
+def job_precision(job: dict) -> dict:
+    """The precision an engine job serves (``precision`` of the job; bf16 when it names none)."""
+    p = job.get("precision") or {}
+    return {"weights": p.get("weights", "bf16"), "kv_cache_dtype": p.get("kv_cache_dtype", "bf16")}
+
+
 def fingerprint_mismatch(expected: dict, got: dict | None) -> list[str]:
     """The fields in which a real run's fingerprint differs from the experiment's."""
     if not got:

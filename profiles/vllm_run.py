@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 from profiles import gpu_energy, vllm_grid, vllm_steps
+from profiles.engine_jobs import job_precision
 from profiles.hf_config import engine_precision
 
 SERVE_ENV = {
@@ -191,11 +192,6 @@ async def run_replay(client: Client, phase: dict) -> dict:
         tasks.append(asyncio.create_task(client.request(rid, int(p), int(o))))
     await asyncio.gather(*tasks)
     return {"t_origin": t0, "fingerprint": data.get("fingerprint")}
-
-
-def job_precision(job: dict) -> dict:
-    p = job.get("precision") or {}
-    return {"weights": p.get("weights", "bf16"), "kv_cache_dtype": p.get("kv_cache_dtype", "bf16")}
 
 
 async def main_async(job: dict, out: Path) -> None:

@@ -24,8 +24,11 @@ from pathlib import Path
 import numpy as np
 
 from profiles import engine_jobs
+from profiles.engine_jobs import job_precision
 from profiles.vllm_table import step_rows
 from simulator.errors import ConfigError
+from simulator.models import load_model
+from simulator.precision import Precision
 
 METRICS = tuple(
     (sec, st) for sec in ("ttft_s", "tpot_s", "itl_s", "e2e_s") for st in ("p50", "p95", "p99")
@@ -70,8 +73,27 @@ def _pcts(v: list[float]) -> dict:
 
 
 def load_phase(path: Path) -> dict:
+    """A stored real phase, with ``served_precision``: what the engine of its run served (the
+    run's ``engine.json`` beside it; a run recorded before jobs named a precision served bf16)."""
     with gzip.open(path, "rt") as f:
-        return json.load(f)
+        phase = json.load(f)
+    engine = path.parent / "engine.json"
+    if engine.is_file():
+        facts = json.loads(engine.read_text())
+        phase["served_precision"] = facts.get("precision") or job_precision(facts.get("job", {}))
+    return phase
+
+
+def _precision_mismatch(cfg: dict, where: str, phase: dict) -> list[str]:
+    served = phase.get("served_precision")
+    if served is None:
+        return ["the real run has no engine.json saying what precision it served"]
+    ours = load_model(cfg["model"], where, "model").precision
+    if Precision(**served) != ours:
+        return [
+            f"precision: experiment {ours.describe()}, real run {Precision(**served).describe()}"
+        ]
+    return []
 
 
 def simulate(cfg: dict, where: str):
@@ -88,6 +110,7 @@ def compare(cfg: dict, where: str, phase: dict) -> dict:
     reqs = engine_jobs.arrivals(cfg, where)
     expected = engine_jobs.fingerprint(cfg, where, reqs)
     diff = engine_jobs.fingerprint_mismatch(expected, phase.get("fingerprint"))
+    diff += _precision_mismatch(cfg, where, phase)
     if diff:
         raise ConfigError(where, "real run", "not a run of this experiment: " + "; ".join(diff))
     sim, sim_steps = simulate(cfg, where)

@@ -12,10 +12,11 @@ simulation uses the shipped vLLM table (fitted on profiling runs only) and the `
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
+
+import yaml
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -24,22 +25,40 @@ sys.path.insert(0, str(ROOT))
 from profiles import engine_jobs, vllm_validate  # noqa: E402
 from profiles.hf_config import write_model_dir  # noqa: E402
 from profiles.vllm_steps import read_steps  # noqa: E402
-from simulator.models import MODELS  # noqa: E402
+from simulator.models import load_model  # noqa: E402
 
 LOADS = {
     "conv": {"light": 1.0, "moderate": 3.0, "heavy": 5.5},  # workload.arrival.rate_scale
     "arxiv": {"light": 2.0, "moderate": 4.5, "heavy": 7.0},  # workload.arrival.rate_per_s
 }
+#: the served models, by their name in job and folder names: a catalog model, in its precision
+SERVED = {
+    "llama-3-8b": "llama-3-8b",
+    "qwen2.5-7b": "qwen2.5-7b",
+    "llama-3-8b-fp8": "{base: llama-3-8b, weights: fp8, kv_cache_dtype: fp8}",
+    "llama-3-8b-int4": "{base: llama-3-8b, weights: int4}",
+    "llama-3-70b": "llama-3-70b",
+    "llama-3-70b-fp8": "{base: llama-3-70b, weights: fp8, kv_cache_dtype: fp8}",
+}
+#: (gpu, served model) pairs replayed for validation, each also profiled
 PAIRS = (
     ("h200", "llama-3-8b"), ("h200", "qwen2.5-7b"), ("h100", "llama-3-8b"), ("h100", "qwen2.5-7b"),
+    ("h200", "llama-3-8b-fp8"), ("h100", "llama-3-8b-fp8"),
 )  # fmt: skip
+#: profiling runs without a replay: (job name, served model, tp)
+PROFILES_ONLY = (
+    ("h200_llama-3-8b-int4", "llama-3-8b-int4", 1),
+    ("h200_llama-3-70b-fp8", "llama-3-70b-fp8", 1),
+    ("h200x2_llama-3-70b_tp2", "llama-3-70b", 2),
+    ("h200x2_llama-3-70b-fp8_tp2", "llama-3-70b-fp8", 2),
+)
 
 
 def case_overrides(trace: str, load: str, gpu: str, model: str) -> list[str]:
     key = "rate_scale" if trace == "conv" else "rate_per_s"
     return [
         f"workload.arrival.{key}={LOADS[trace][load]}",
-        f"model={model}",
+        f"model={SERVED[model]}",
         f"hardware.gpu={gpu}",
     ]
 
@@ -50,22 +69,13 @@ def cases():
             yield trace, load, str(HERE / "configs" / f"{trace}.yaml")
 
 
-#: profiling runs beside the bf16 pairs: (job name, gpu, model, tp, weights, kv_cache_dtype)
-PRECISION_PROFILES = (
-    ("h200_llama-3-8b_fp8", "llama-3-8b", 1, "fp8", "fp8"),
-    ("h200_llama-3-8b_int4", "llama-3-8b", 1, "int4", "bf16"),
-    ("h200_llama-3-70b_fp8", "llama-3-70b", 1, "fp8", "fp8"),
-    ("h200x2_llama-3-70b_fp8_tp2", "llama-3-70b", 2, "fp8", "fp8"),
-    ("h100_llama-3-8b_fp8", "llama-3-8b", 1, "fp8", "fp8"),
-)
-
-
-def _model_dir(out: Path, model: str, weights: str = "bf16") -> str:
-    """The model folder, as a path relative to the repository root (jobs run from the root of
-    a copy of the tree on the GPU machine, wherever that lies)."""
-    name = model if weights == "bf16" else f"{model}-{weights}"
-    spec = dataclasses.replace(MODELS[model], weights=weights)
-    return str(write_model_dir(spec, out / "models" / name).relative_to(ROOT))
+def _engine_job(out: Path, model: str, tp: int) -> dict:
+    """The model folder (relative to the repository root: jobs run from the root of a copy of
+    the tree on the GPU machine, wherever that lies), TP and precision of a served model."""
+    spec = load_model(yaml.safe_load(SERVED[model]), "run_all.SERVED", model)
+    mdir = write_model_dir(spec, out / "models" / model).relative_to(ROOT)
+    precision = {"weights": spec.weights, "kv_cache_dtype": spec.kv_cache_dtype}
+    return {"model_dir": str(mdir), "tp": tp, "precision": precision}
 
 
 def _profile_job(out: Path, name: str, job: dict) -> None:
@@ -86,17 +96,11 @@ def make_jobs(out: Path) -> None:
             engine_jobs.write_arrivals(cfg, path, arr)
             arr = arr.relative_to(ROOT)
             phases.append({"name": f"{trace}_{load}", "kind": "replay", "arrivals": str(arr)})
-        job = {"model_dir": _model_dir(out, model), "tp": 1}
+        job = _engine_job(out, model, 1)
         (out / f"{gpu}_{model}_replay.json").write_text(json.dumps({**job, "phases": phases}))
         _profile_job(out, f"{gpu}_{model}", job)
-    # Llama-3-70B at TP2 on the 2-GPU machine (profile only: its validation needs the table)
-    _profile_job(
-        out, "h200x2_llama-3-70b_tp2", {"model_dir": _model_dir(out, "llama-3-70b"), "tp": 2}
-    )
-    for name, model, tp, weights, kv in PRECISION_PROFILES:
-        job = {"model_dir": _model_dir(out, model, weights), "tp": tp,
-               "precision": {"weights": weights, "kv_cache_dtype": kv}}  # fmt: skip
-        _profile_job(out, name, job)
+    for name, model, tp in PROFILES_ONLY:
+        _profile_job(out, name, _engine_job(out, model, tp))
 
 
 def report(real_root: Path) -> dict:
