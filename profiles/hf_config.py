@@ -58,7 +58,10 @@ def hf_config(spec: ModelSpec) -> dict:
 #: vLLM 0.24 serves ``quant_method: gptq`` with its ``auto_gptq`` method, which takes the first
 #: usable kernel of its mixed-precision list (``kernels/linear/__init__.py``,
 #: ``_POSSIBLE_KERNELS``): on Hopper that is Machete (CUTLASS, sm90; the CutlassW4A8 kernel ahead
-#: of it needs FP8 activations), Marlin elsewhere
+#: of it needs FP8 activations), Marlin elsewhere. ``modules_in_block_to_quantize`` is required:
+#: without it vLLM 0.24 quantizes no layer at all (``gptq_utils.is_layer_gptq_quantized`` is
+#: ``any()`` over the empty list) and, on dummy weights, silently serves bf16 (seen: a first
+#: "int4" run loaded 14.96 GiB of weights, exactly the bf16 model)
 GPTQ_INT4 = {
     "quant_method": "gptq",
     "bits": 4,
@@ -66,7 +69,10 @@ GPTQ_INT4 = {
     "desc_act": False,
     "sym": True,
     "checkpoint_format": "gptq",
-}
+    "modules_in_block_to_quantize": [
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+    ],
+}  # fmt: skip
 
 
 #: an FP8 checkpoint as vLLM's own fp8 method writes and reads it (per-tensor weight scales)

@@ -250,6 +250,35 @@ _LINEAR_KERNEL = re.compile(r"(?:Selected|Using) (\w+Kernel) for (\w+)")
 _ATTENTION_BACKEND = re.compile(r"Using (\w+) attention backend")
 
 
+#: "Model loading took 14.96 GiB and 1.98 seconds"
+_WEIGHTS_LOADED = re.compile(r"Model loading took ([0-9.]+) GiB")
+
+
+def check_weights_loaded(run_dir: Path, spec: ModelSpec, tp: int) -> float | None:
+    """The GiB of weights the engine loaded per GPU (its log), checked against the served model's
+    description: a run that loaded another precision's bytes is refused. Why: a quantization
+    config vLLM reads but does not apply leaves the bf16 model in place without an error (seen:
+    a GPTQ config without ``modules_in_block_to_quantize``). None when the log does not say."""
+    log = run_dir / "log.txt"
+    m = _WEIGHTS_LOADED.search(log.read_text(errors="replace")) if log.is_file() else None
+    if m is None:
+        return None
+    loaded = float(m.group(1))
+    expected = ShardedModel(spec, tp).weight_bytes_per_gpu / 2**30
+    if abs(loaded / expected - 1) > WEIGHTS_TOLERANCE:
+        raise ConfigError(
+            str(log),
+            "Model loading took",
+            f"{loaded:.2f} GiB of weights per GPU; {spec.name} with {spec.precision.describe()} "
+            f"at tp{tp} has {expected:.2f} GiB: the engine did not serve that precision",
+        )
+    return loaded
+
+
+#: loaded vs described weight bytes (the description leaves out norms' and scales' few MB)
+WEIGHTS_TOLERANCE = 0.05
+
+
 def build_table(run_dir: Path, out_dir: Path, gpu_key: str, spec: ModelSpec, tp: int) -> dict:
     """Write ``steps.csv``, ``energy.csv`` (when the run read the GPUs' energy) and
     ``meta.yaml`` for the run's profile phase; returns the meta."""
@@ -267,6 +296,7 @@ def build_table(run_dir: Path, out_dir: Path, gpu_key: str, spec: ModelSpec, tp:
         w.writeheader()
         for i, r in enumerate(rows):
             w.writerow({"step_id": i, **r})
+    loaded_gib = check_weights_loaded(run_dir, spec, tp)
     energy = _write_energy(run_dir, out_dir, phase, rows)
     # runs recorded before precision was a job field served bf16 weights and KV
     precision = engine.get("precision") or {"weights": "bf16", "kv_cache_dtype": "bf16"}
@@ -290,6 +320,7 @@ def build_table(run_dir: Path, out_dir: Path, gpu_key: str, spec: ModelSpec, tp:
         if engine["cache"]["cache_dtype"] == "auto"
         else engine["cache"]["cache_dtype"],
         "quantization": engine["model"].get("quantization"),
+        "weights_loaded_gib_per_gpu": loaded_gib,
         "kernels": _kernels(run_dir),
         "torch_version": engine["torch_version"],
         "engine_config": {k: engine[k] for k in ("scheduler", "cache", "model", "compilation")},

@@ -1,0 +1,109 @@
+"""The table side of engine profiling, on CPU: energy readings, precision plumbing and the
+checks that refuse a run which did not measure what it claims (no vLLM, no GPU needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from profiles import gpu_energy, vllm_table
+from profiles.hf_config import GPTQ_INT4, engine_precision, hf_config
+from simulator.errors import ConfigError
+from simulator.hardware import GPUS
+from simulator.models import MODELS
+from simulator.served import ShardedModel
+
+
+def _counter(power_w: float, t0: float, t1: float, dt: float, refresh: float = 0.1) -> dict:
+    """An NVML-like record: the mJ counter of one GPU at constant power, refreshed every
+    ``refresh`` s (the driver's cadence), read every ``dt`` s."""
+    ts, mj, t = [], [], t0
+    while t <= t1 + 1e-9:
+        tick = int((t - t0) / refresh + 1e-9) * refresh
+        ts.append(t)
+        mj.append([int(round(power_w * tick * 1000))])
+        t += dt
+    return {"t": ts, "mj": mj}
+
+
+def test_energy_between_by_hand():
+    rec = {"t": [0.0, 1.0, 2.0], "mj": [[0, 500], [1000, 600], [3000, 700]]}
+    # two GPUs: (1000 + 100) mJ over [0, 1]; half of each next second's increments over [1, 1.5]
+    assert gpu_energy.energy_between(rec, 0.0, 1.0) == pytest.approx(1.1)
+    assert gpu_energy.energy_between(rec, 1.0, 1.5) == pytest.approx((1000 + 50) / 1000)
+    assert gpu_energy.energy_between(rec, -0.5, 1.0) is None  # not covered by readings
+    assert gpu_energy.energy_between(rec, 1.0, 1.0) is None
+
+
+def test_a_coarse_counter_still_gives_window_energy():
+    # 300 W, counter refreshed every 100 ms, read every 20 ms: a 2 s window within one refresh
+    rec = _counter(300.0, 0.0, 5.0, 0.02)
+    assert gpu_energy.energy_between(rec, 1.0, 3.0) == pytest.approx(600.0, rel=0.05)
+
+
+def test_scenario_energy_sums_its_steps():
+    rec = _counter(500.0, 0.0, 10.0, 0.02)
+    phase = {"scenarios": [{"id": "a", "split": "train", "t0": 1.0, "t1": 3.0},
+                           {"id": "b", "split": "test", "t0": 20.0, "t1": 21.0}]}  # fmt: skip
+    rows = [
+        {"scenario": "a", "dur_us": 1000.0, "prefill_tokens": 10, "decode_seqs": 2,
+         "decode_ctx": 100, "prefill_attn": 55.0},
+        {"scenario": "a", "dur_us": 3000.0, "prefill_tokens": 0, "decode_seqs": 4,
+         "decode_ctx": 200, "prefill_attn": 0.0},
+    ]  # fmt: skip
+    (a,) = vllm_table.scenario_energy(phase, rows, rec)  # b lies outside the readings
+    assert a["joules"] == pytest.approx(1000.0, rel=0.05)
+    assert (a["busy_s"], a["steps"], a["tokens"], a["decode_ctx"]) == (0.004, 2, 16, 300)
+
+
+def _row(dur_ms, pf=0, nd=1, ctx=0):
+    return {"dur_us": dur_ms * 1000, "prefill_tokens": pf, "decode_seqs": nd,
+            "decode_ctx": ctx, "prefill_attn": pf * (pf + 1) / 2, "burst": 0}  # fmt: skip
+
+
+def test_a_step_faster_than_the_gpu_marks_itself_and_the_step_before():
+    served, gpu = ShardedModel(MODELS["llama-3-8b"]), GPUS["h200"]
+    # 8k prefill tokens need >= 8192 x 2 x 8e9 FLOP / 989 TFLOP/s ~ 130 ms on an H200
+    rows = [_row(190, pf=8192), _row(387, pf=8192), _row(29, pf=8192), _row(190, pf=8192)]
+    assert vllm_table.flag_early_stamps(rows, served, gpu) == 2
+    assert [r["burst"] for r in rows] == [0, 4, 4, 0]
+    # a decode step must at least read the weights (16 GB / 4.8 TB/s = 3.3 ms)
+    rows = [_row(5.0), _row(2.0), _row(5.0)]
+    assert vllm_table.flag_early_stamps(rows, served, gpu) == 2
+
+
+def test_precision_becomes_checkpoint_config_and_engine_args():
+    spec = MODELS["llama-3-8b"]
+    assert engine_precision("bf16", "bf16") == ({}, {})
+    cfg, args = engine_precision("fp8", "fp8")
+    assert cfg["quantization_config"]["quant_method"] == "fp8"
+    assert args == {"kv_cache_dtype": "fp8"}
+    cfg, args = engine_precision("int4", "bf16")
+    assert cfg["quantization_config"] == GPTQ_INT4 and args == {}
+    # vLLM 0.24 quantizes only the modules this list names (see GPTQ_INT4)
+    assert set(GPTQ_INT4["modules_in_block_to_quantize"]) >= {"q_proj", "down_proj"}
+    assert "quantization_config" not in hf_config(spec)
+    with pytest.raises(ValueError, match="weights"):
+        engine_precision("int8", "bf16")
+
+
+def test_a_run_that_loaded_another_precisions_weights_is_refused(tmp_path):
+    import dataclasses
+
+    (tmp_path / "log.txt").write_text("INFO [model_runner.py:302] Model loading took 14.96 GiB\n")
+    bf16 = MODELS["llama-3-8b"]
+    assert vllm_table.check_weights_loaded(tmp_path, bf16, 1) == 14.96
+    int4 = dataclasses.replace(bf16, weights="int4")
+    with pytest.raises(ConfigError, match="did not serve that precision"):
+        vllm_table.check_weights_loaded(tmp_path, int4, 1)
+
+
+def test_kernels_are_read_from_the_log(tmp_path):
+    (tmp_path / "log.txt").write_text(
+        "INFO Selected CutlassFP8ScaledMMLinearKernel for Fp8LinearMethod\n"
+        "INFO Using FLASH_ATTN attention backend out of potential backends: ['FLASH_ATTN']\n"
+        "WARNING Using None for EOS token id because tokenizer is not initialized\n"
+    )
+    assert vllm_table._kernels(tmp_path) == {
+        "Fp8LinearMethod": "CutlassFP8ScaledMMLinearKernel",
+        "attention": "FLASH_ATTN",
+    }
