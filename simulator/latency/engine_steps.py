@@ -103,7 +103,8 @@ class EngineStepModel:
         )
         engine = self.meta["engine"]
         gpu_dir = self.meta["gpu"]["key"]
-        self.name = f"engine:{engine['name']}-{engine['version']}/{gpu_dir}/{model_name}_tp{tp}"
+        # the folder names the model, its precision and TP (``llama-3-8b_fp8_tp1``)
+        self.name = f"engine:{engine['name']}-{engine['version']}/{gpu_dir}/{self.dir.name}"
         for _ in range(2):  # first without exposed prefill steps, then with their targets
             self._attribute()
             self.fit([r for r in self.rows if r["split"] == "train" and _usable(r)])
