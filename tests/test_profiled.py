@@ -13,7 +13,8 @@ import yaml
 
 from simulator.errors import ConfigError
 from simulator.latency.base import StepLatencyModel, chunk_attn_pairs
-from simulator.latency.profiled import ProfileLatencyModel, heldout_report
+from simulator.latency.heldout import heldout_report
+from simulator.latency.profiled import ProfileLatencyModel
 from simulator.latency.table import OPTIONAL_COLUMNS, csv_columns, load_table, uneven_lengths
 
 HERE = os.path.dirname(os.path.abspath(__file__))
