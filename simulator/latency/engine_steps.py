@@ -34,7 +34,8 @@ one, and the engine's warm-up scenario are left out; a prefill step launched beh
 decode step carries the excess of that decode step's stamp (``_attribute``).
 
 Invariant: the held-out steps (``split == test``) are never used by the fit; ``heldout()``
-reports the error on them.
+reports the error on them, and the energy model's (`simulator.energy`, fitted on the table's
+``energy.csv`` when it has one) on the held-out scenarios' joules.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import linprog
 
+from simulator.energy import table_energy
 from simulator.errors import ConfigError
 from simulator.files import load_yaml_file, read_text
 from simulator.latency.base import STEP_FEATURES
@@ -104,6 +106,9 @@ class EngineStepModel:
         engine = self.meta["engine"]
         gpu_dir = self.meta["gpu"]["key"]
         self.name = f"engine:{engine['name']}-{engine['version']}/{gpu_dir}/{model_name}_tp{tp}"
+        #: the steps' energy (`simulator.energy`), or None and why not (a TDP estimate then)
+        source = f"engine:{engine['name']}-{engine['version']}/{gpu_dir}/{self.dir.name}"
+        self.energy, self.energy_note = table_energy(self.dir, self.meta, source, tp)
         for _ in range(2):  # first without exposed prefill steps, then with their targets
             self._attribute()
             self.fit([r for r in self.rows if r["split"] == "train" and _usable(r)])
@@ -241,9 +246,12 @@ class EngineStepModel:
         return self._own(r)
 
     def heldout(self) -> dict:
-        """Error of the model on the steps it was not fitted on (signed, sim / real - 1)."""
+        """Error of the model on the steps it was not fitted on (|sim / real - 1|), and of its
+        energy model on the held-out scenarios' joules (or why there is none)."""
         test = [r for r in self.rows if r["split"] == "test" and _usable(r)]
-        return error_summary(self, test)
+        out = error_summary(self, test)
+        out["energy"] = self.energy.heldout() if self.energy else self.energy_note
+        return out
 
     def describe(self) -> dict:
         return {
