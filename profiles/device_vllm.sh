@@ -16,7 +16,8 @@ export PYTHONPATH=$VL/site:$PWD PYTHONUNBUFFERED=1
 python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)" || exit 4
 for spec in "$@"; do
   job=${spec%%:*}; name=${spec##*:}; dir=/tmp/runs/$name
-  rm -rf $dir; mkdir -p $dir
+  [ "${RESUME:-0}" = 1 ] || rm -rf $dir  # RESUME=1 keeps a cut-short run ("resume" in its job)
+  mkdir -p $dir
   echo "=== $name ($job) $(date +%T)"
   timeout ${JOB_TIMEOUT:-540} python3 -m profiles.vllm_run "$job" --out $dir > $dir/log.txt 2>&1
   echo "rc=$? $(date +%T)"

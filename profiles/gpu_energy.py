@@ -7,18 +7,22 @@ the driver, so the energy of any window of a second or more (one profiling scena
 replayed case) is the difference of two readings, whatever the power did inside it.
 
 `EnergySampler` reads every visible GPU's counter every ``period_s`` on a daemon thread and
-keeps ``(monotonic_s, [mJ per GPU])``; `energy_between` interpolates the counter at both ends of
-a window. Calls NVML through ctypes (``libnvidia-ml.so.1`` ships with every NVIDIA driver), so
-nothing needs installing on a GPU machine. Without NVML the sampler says so and records nothing:
+appends ``[monotonic_s, [mJ per GPU]]`` lines to a file; `read_energy` gathers them and
+`energy_between` interpolates the counter at both ends of a window. Calls NVML through ctypes
+(``libnvidia-ml.so.1`` ships with every NVIDIA driver), so nothing needs installing on a GPU
+machine. Without NVML the sampler says so and records nothing:
 tables built from such runs say that they carry no energy.
 """
 
 from __future__ import annotations
 
 import ctypes
+import gzip
+import json
 import threading
 import time
 from bisect import bisect_left
+from pathlib import Path
 
 
 class NvmlError(RuntimeError):
@@ -62,14 +66,16 @@ class _Nvml:
 
 
 class EnergySampler:
-    """Samples the cumulative energy counters of all visible GPUs on a background thread.
+    """Samples the cumulative energy counters of all visible GPUs on a background thread and
+    appends them to ``path`` (JSON lines, flushed about every second), so a process killed
+    mid-run leaves its readings; `read_energy` merges the files of every process of a run.
 
-    Invariant: ``samples`` is ordered by time and each GPU's counter never decreases.
+    Invariant: the samples of one file are ordered by time and each GPU's counter never
+    decreases (it is the driver's counter, shared by every process on the machine).
     """
 
-    def __init__(self, period_s: float = 0.01) -> None:
-        self.period_s = period_s
-        self.samples: list[tuple[float, list[int]]] = []
+    def __init__(self, path: Path, period_s: float = 0.02) -> None:
+        self.path, self.period_s = Path(path), period_s
         self.error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -77,6 +83,11 @@ class EnergySampler:
             self._nvml = _Nvml()
         except NvmlError as e:
             self._nvml, self.error = None, str(e)
+        self._write({"source": SOURCE, "period_s": period_s, "error": self.error})
+
+    def _write(self, obj) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps(obj) + "\n")
 
     def start(self) -> EnergySampler:
         if self._nvml is not None:
@@ -84,27 +95,63 @@ class EnergySampler:
             self._thread.start()
         return self
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.samples.append((time.monotonic(), self._nvml.energy_mj()))
-            except NvmlError as e:
-                self.error = str(e)
-                return
-            self._stop.wait(self.period_s)
+    def mark(self, key: str, t0: float, t1: float) -> None:
+        """Record a named window (e.g. the idle one) beside the samples."""
+        self._write({key: [t0, t1]})
 
-    def stop(self) -> dict:
-        """Stop sampling; the readings as a JSON-able record."""
+    def _run(self) -> None:
+        batch: list = []
+        with open(self.path, "a") as f:
+            while not self._stop.is_set():
+                try:
+                    batch.append([time.monotonic(), self._nvml.energy_mj()])
+                except NvmlError as e:
+                    self.error = str(e)
+                    f.write(json.dumps({"error": self.error}) + "\n")
+                    break
+                if len(batch) * self.period_s >= 1.0:
+                    f.writelines(json.dumps(x) + "\n" for x in batch)
+                    f.flush()
+                    batch.clear()
+                self._stop.wait(self.period_s)
+            f.writelines(json.dumps(x) + "\n" for x in batch)
+
+    def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        return {
-            "source": "nvml total_energy_consumption",
-            "period_s": self.period_s,
-            "error": self.error,
-            "t": [t for t, _ in self.samples],
-            "mj": [e for _, e in self.samples],
-        }
+
+
+SOURCE = "nvml total_energy_consumption"
+
+
+def read_energy(folder: Path) -> dict | None:
+    """Every process's readings under ``folder`` (``energy.<pid>.jsonl``, or one archived
+    ``energy.json.gz``) as one record ``{source, period_s, error, t, mj, idle_window}``, samples
+    in time order; None when the run has none."""
+    folder = Path(folder)
+    archived = folder / "energy.json.gz"
+    if archived.is_file():
+        with gzip.open(archived, "rt") as f:
+            return json.load(f)
+    files = sorted(folder.glob("energy.*.jsonl"))
+    if not files:
+        return None
+    rec: dict = {"source": SOURCE, "period_s": None, "error": None, "idle_window": None}
+    samples = []
+    for path in files:
+        for line in path.read_text().splitlines():
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:  # the last line of a killed process
+                continue
+            if isinstance(obj, list):
+                samples.append(obj)
+            else:
+                rec.update({k: v for k, v in obj.items() if v is not None})
+    samples.sort(key=lambda x: x[0])
+    rec["t"], rec["mj"] = [x[0] for x in samples], [x[1] for x in samples]
+    return rec
 
 
 def energy_between(record: dict, t0: float, t1: float) -> float | None:

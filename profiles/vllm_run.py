@@ -6,9 +6,10 @@ scheduling, chunked prefill with 8192 batched tokens, prefix caching, FlashAtten
 piecewise CUDA graphs) on a generated ``config.json`` with dummy weights, then runs the job's
 phases on it:
 
-* ``{"name", "kind": "profile", "seed", "limit"?, "max_scenario_tokens"?}``: the scenarios of
-  `profiles.vllm_grid` (the first ``limit`` only, for a smoke test), one after another with the
-  engine idle between;
+* ``{"name", "kind": "profile", "seed", "limit"?, "max_scenario_tokens"?, "resume"?}``: the
+  scenarios of `profiles.vllm_grid` (the first ``limit`` only, for a smoke test), one after
+  another with the engine idle between, each saved as it finishes (``resume``: skip those a
+  previous run into the same folder finished);
 * ``{"name", "kind": "replay", "arrivals": FILE}``: requests submitted at their arrival times,
   one asyncio task per request, streaming tokens (what a serving client sees).
 
@@ -16,7 +17,7 @@ Every engine step is recorded by `profiles.vllm_steps` (composition, plan and co
 the frontend's monotonic clock). Per request: submit time, and the time and token count of each
 streamed output. Written under DIR: ``engine.json`` (versions, effective engine config, KV
 capacity), ``steps.jsonl.<pid>``, ``<phase>.json.gz`` (requests + phase window + scenarios),
-``energy.json.gz`` (every GPU's cumulative energy counter, sampled: `profiles.gpu_energy`).
+``energy.<pid>.jsonl`` (every GPU's cumulative energy counter, sampled: `profiles.gpu_energy`).
 
 A job's ``precision`` (``{"weights": bf16|fp8|int4, "kv_cache_dtype": bf16|fp8}``, default
 bf16) becomes engine arguments (`profiles.hf_config.engine_precision`); the model folder's
@@ -161,7 +162,10 @@ async def _inject(client: Client, sc: dict) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def run_profile(client: Client, phase: dict, facts: dict) -> dict:
+async def run_profile(client: Client, phase: dict, facts: dict, out: Path) -> dict:
+    """Run the grid's scenarios; each finished one is appended to ``profile.partial.jsonl`` at
+    once (its window and its requests), so a run cut short keeps what it finished and a job
+    with ``"resume": true`` skips the scenarios a previous engine process finished."""
     kv_tokens = facts["cache"]["num_gpu_blocks"] * facts["cache"]["block_size"]
     scs = vllm_grid.scenarios(
         facts["model"]["max_model_len"],
@@ -170,12 +174,35 @@ async def run_profile(client: Client, phase: dict, facts: dict) -> dict:
         phase.get("max_scenario_tokens", vllm_grid.MAX_SCENARIO_TOKENS),
     )
     scs = scs[: phase["limit"]] if phase.get("limit") else scs  # a smoke test's few
-    done = []
+    partial = out / f"{phase['name']}.partial.jsonl"
+    done = {d["scenario"]["id"] for d in read_partial(partial)} if phase.get("resume") else set()
+    if not phase.get("resume"):
+        partial.unlink(missing_ok=True)
     for sc in scs:
-        done.append(await run_scenario(client, sc))
+        if sc["id"] in done:
+            continue
+        rec = await run_scenario(client, sc)
+        reqs = {k: v for k, v in client.records.items() if k.startswith(sc["id"] + "/")}
+        with open(partial, "a") as f:
+            f.write(json.dumps({"scenario": rec, "requests": reqs}) + "\n")
         await asyncio.sleep(0.15)
-        print(f"[{phase['name']}] {sc['id']}: {done[-1]['t1'] - done[-1]['t0']:.2f} s", flush=True)
-    return {"scenarios": done}
+        print(f"[{phase['name']}] {sc['id']}: {rec['t1'] - rec['t0']:.2f} s", flush=True)
+    finished = read_partial(partial)
+    client.records = {k: v for d in finished for k, v in d["requests"].items()}
+    return {"scenarios": [d["scenario"] for d in finished], "grid_scenarios": len(scs)}
+
+
+def read_partial(path: Path) -> list[dict]:
+    """The scenarios a profile phase finished so far (a line cut by a kill is dropped)."""
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return out
 
 
 async def run_replay(client: Client, phase: dict) -> dict:
@@ -211,16 +238,16 @@ async def main_async(job: dict, out: Path) -> None:
     # recorded phase should carry
     warm = Client(engine, vocab, seed=-1)
     await asyncio.gather(*(warm.request(f"warmup/{i}", 512 * (i + 1), 8) for i in range(4)))
-    energy = gpu_energy.EnergySampler(period_s=0.02).start()
-    idle = [time.monotonic()]
+    energy = gpu_energy.EnergySampler(out / f"energy.{os.getpid()}.jsonl").start()
+    t_idle = time.monotonic()
     await asyncio.sleep(2.0)  # an idle window: the engine's power with nothing to run
-    idle.append(time.monotonic())
+    energy.mark("idle_window", t_idle, time.monotonic())
     try:
         for phase in job["phases"]:
             client = Client(engine, vocab, phase.get("seed", 0))
             t0 = time.monotonic()
             if phase["kind"] == "profile":
-                info = await run_profile(client, phase, facts)
+                info = await run_profile(client, phase, facts, out)
             else:
                 info = await run_replay(client, phase)
             info.update(name=phase["name"], t0=t0, t1=time.monotonic(), requests=client.records)
@@ -232,8 +259,7 @@ async def main_async(job: dict, out: Path) -> None:
             )
             await asyncio.sleep(1.0)  # let the step log flush
     finally:
-        with gzip.open(out / "energy.json.gz", "wt") as f:
-            json.dump({**energy.stop(), "idle_window": idle}, f)
+        energy.stop()
         engine.shutdown()
 
 

@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from profiles.gpu_energy import energy_between
+from profiles.gpu_energy import energy_between, read_energy
+from profiles.vllm_run import read_partial
 from profiles.vllm_steps import read_steps
 from simulator.errors import ConfigError
 from simulator.hardware import load_gpu
@@ -209,11 +210,9 @@ ENERGY_COLUMNS = (
 
 def _write_energy(run_dir: Path, out_dir: Path, phase: dict, rows: list[dict]) -> dict | None:
     """``energy.csv`` and the meta's ``energy`` section, or None (and no file) without readings."""
-    path = run_dir / "energy.json.gz"
-    if not path.is_file():
+    record = read_energy(run_dir)
+    if record is None:
         return None
-    with gzip.open(path, "rt") as f:
-        record = json.load(f)
     idle = record.get("idle_window")
     idle_j = energy_between(record, *idle) if idle else None
     per_sc = scenario_energy(phase, rows, record)
@@ -279,12 +278,28 @@ def check_weights_loaded(run_dir: Path, spec: ModelSpec, tp: int) -> float | Non
 WEIGHTS_TOLERANCE = 0.05
 
 
+def load_profile_phase(run_dir: Path) -> dict:
+    """The profile phase of a run: ``profile.json.gz``, or, for a run cut short (or resumed and
+    cut again), the scenarios it finished (``profile.partial.jsonl``)."""
+    path = run_dir / "profile.json.gz"
+    if path.is_file():
+        with gzip.open(path, "rt") as f:
+            return json.load(f)
+    finished = read_partial(run_dir / "profile.partial.jsonl")
+    if not finished:
+        raise ConfigError(str(run_dir), "profile.json.gz", "no profile phase recorded here")
+    return {
+        "scenarios": [d["scenario"] for d in finished],
+        "requests": {k: v for d in finished for k, v in d["requests"].items()},
+        "cut_short": True,
+    }
+
+
 def build_table(run_dir: Path, out_dir: Path, gpu_key: str, spec: ModelSpec, tp: int) -> dict:
     """Write ``steps.csv``, ``energy.csv`` (when the run read the GPUs' energy) and
     ``meta.yaml`` for the run's profile phase; returns the meta."""
     engine = json.loads((run_dir / "engine.json").read_text())
-    with gzip.open(run_dir / "profile.json.gz", "rt") as f:
-        phase = json.load(f)
+    phase = load_profile_phase(run_dir)
     bursts = submit_bursts(phase["scenarios"], phase["requests"])
     steps = read_steps(str(run_dir / "steps.jsonl"))
     rows, dropped = label(step_rows(steps), phase["scenarios"], bursts)
@@ -331,6 +346,8 @@ def build_table(run_dir: Path, out_dir: Path, gpu_key: str, spec: ModelSpec, tp:
             "outside_scenarios": dropped,
             "early_stamp_steps_left_out": early,
             "scenarios": len(phase["scenarios"]),
+            "grid_scenarios": phase.get("grid_scenarios"),
+            "cut_short": bool(phase.get("cut_short")),
         },
         "step_time": "interval from max(previous completion, plan) to completion, engine clock",
         "frontend": frontend,

@@ -23,7 +23,7 @@ pytestmark = [
 )
 def test_profile_and_replay_are_recorded(tmp_path, weights, kv):
     from profiles import vllm_run
-    from profiles.gpu_energy import energy_between
+    from profiles.gpu_energy import energy_between, read_energy
     from profiles.hf_config import write_model_dir
     from profiles.vllm_steps import read_steps
     from profiles.vllm_table import step_rows
@@ -68,8 +68,7 @@ def test_profile_and_replay_are_recorded(tmp_path, weights, kv):
         weights
     ], quant
     assert facts["cache"]["cache_dtype"] == ("auto" if kv == "bf16" else "fp8")
-    with gzip.open(out / "energy.json.gz", "rt") as f:
-        energy = json.load(f)
+    energy = read_energy(out)
     assert energy["error"] is None and len(energy["t"]) > 10
     assert energy_between(energy, *energy["idle_window"]) > 0
     steps = read_steps(str(out / "steps.jsonl"))

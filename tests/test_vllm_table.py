@@ -107,3 +107,44 @@ def test_kernels_are_read_from_the_log(tmp_path):
         "Fp8LinearMethod": "CutlassFP8ScaledMMLinearKernel",
         "attention": "FLASH_ATTN",
     }
+
+
+def test_energy_files_of_several_processes_merge(tmp_path):
+    import json
+
+    lines_a = [{"source": "nvml", "period_s": 0.02, "error": None}, [0.0, [0]], [1.0, [100000]],
+               {"idle_window": [0.0, 1.0]}]  # fmt: skip
+    lines_b = [
+        {"source": "nvml", "period_s": 0.02, "error": None},
+        [5.0, [900000]],
+        [6.0, [1000000]],
+    ]
+    (tmp_path / "energy.11.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines_a))
+    (tmp_path / "energy.22.jsonl").write_text(
+        "".join(json.dumps(x) + "\n" for x in lines_b) + "[7.0, [11"  # killed mid-line
+    )
+    rec = gpu_energy.read_energy(tmp_path)
+    assert rec["t"] == [0.0, 1.0, 5.0, 6.0] and rec["idle_window"] == [0.0, 1.0]
+    assert gpu_energy.energy_between(rec, *rec["idle_window"]) == pytest.approx(100.0)
+    assert gpu_energy.energy_between(rec, 5.0, 6.0) == pytest.approx(100.0)
+    assert gpu_energy.read_energy(tmp_path / "none") is None
+
+
+def test_a_cut_short_profile_keeps_its_finished_scenarios(tmp_path):
+    import json
+
+    from profiles.vllm_run import read_partial
+
+    done = [{"scenario": {"id": f"s{i}", "split": "train", "t0": i, "t1": i + 0.5},
+             "requests": {f"s{i}/0": {"prompt": 10}}} for i in range(3)]  # fmt: skip
+    text = "".join(json.dumps(d) + "\n" for d in done) + '{"scenario": {"id": "s3"'
+    (tmp_path / "profile.partial.jsonl").write_text(text)
+    assert [d["scenario"]["id"] for d in read_partial(tmp_path / "profile.partial.jsonl")] == [
+        "s0",
+        "s1",
+        "s2",
+    ]
+    phase = vllm_table.load_profile_phase(tmp_path)
+    assert phase["cut_short"] and len(phase["scenarios"]) == 3 and len(phase["requests"]) == 3
+    with pytest.raises(ConfigError, match="no profile phase"):
+        vllm_table.load_profile_phase(tmp_path / "empty")

@@ -105,10 +105,10 @@ class EngineStepModel:
         )
         engine = self.meta["engine"]
         gpu_dir = self.meta["gpu"]["key"]
-        self.name = f"engine:{engine['name']}-{engine['version']}/{gpu_dir}/{model_name}_tp{tp}"
+        # the folder names the model, its precision and TP (``llama-3-8b_fp8_tp1``)
+        self.name = f"engine:{engine['name']}-{engine['version']}/{gpu_dir}/{self.dir.name}"
         #: the steps' energy (`simulator.energy`), or None and why not (a TDP estimate then)
-        source = f"engine:{engine['name']}-{engine['version']}/{gpu_dir}/{self.dir.name}"
-        self.energy, self.energy_note = table_energy(self.dir, self.meta, source, tp)
+        self.energy, self.energy_note = table_energy(self.dir, self.meta, self.name, tp)
         for _ in range(2):  # first without exposed prefill steps, then with their targets
             self._attribute()
             self.fit([r for r in self.rows if r["split"] == "train" and _usable(r)])

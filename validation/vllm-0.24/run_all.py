@@ -79,7 +79,9 @@ def _engine_job(out: Path, model: str, tp: int) -> dict:
 
 
 def _profile_job(out: Path, name: str, job: dict) -> None:
-    phase = {"name": "profile", "kind": "profile", "seed": 0}
+    # resumable: with RESUME=1, device_vllm.sh keeps a cut-short run's folder and this phase
+    # skips the scenarios it finished
+    phase = {"name": "profile", "kind": "profile", "seed": 0, "resume": True}
     if "70b" in name:  # its prefill is ~9x an 8B's: a smaller grid fits one GPU call
         phase["max_scenario_tokens"] = 120_000
     prof = {**job, "phases": [phase]}
