@@ -31,8 +31,6 @@ energy model.
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +39,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from simulator.errors import ConfigError
-from simulator.files import read_text
+from simulator.files import csv_records
 
 ENERGY_COLUMNS = (
     "scenario", "split", "window_s", "joules", "busy_s", "steps", "tokens", "decode_ctx",
@@ -238,12 +236,8 @@ def table_energy(table_dir: Path, meta: dict, source: str, tp: int):
 
 def read_energy_csv(path: Path) -> list[dict]:
     """Rows of an ``energy.csv``; a bad header or value names the file and line."""
-    reader = csv.DictReader(io.StringIO(read_text(path, "energy.csv table"), newline=""))
-    missing = [c for c in ENERGY_COLUMNS if c not in (reader.fieldnames or [])]
-    if missing:
-        raise ConfigError(str(path), "header", f"missing columns {missing}")
     rows = []
-    for line, raw in enumerate(reader, start=2):
+    for line, raw in csv_records(path, "energy.csv table", ENERGY_COLUMNS):
         try:
             r = {c: float(raw[c]) for c in ENERGY_COLUMNS[2:]}
         except (TypeError, ValueError):

@@ -41,8 +41,6 @@ reports the error on them, and the energy model's (`simulator.energy`, fitted on
 from __future__ import annotations
 
 import bisect
-import csv
-import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,7 +49,7 @@ from scipy.optimize import linprog
 
 from simulator.energy import table_energy
 from simulator.errors import ConfigError
-from simulator.files import load_yaml_file, read_text
+from simulator.files import csv_records, load_yaml_file, read_text
 from simulator.latency.base import STEP_FEATURES
 
 STEP_COLUMNS = [
@@ -327,12 +325,8 @@ _INT = tuple(c for c in STEP_COLUMNS if c not in ("scenario", "split", "prefill_
 
 def read_steps_csv(path: Path) -> list[dict]:
     """Rows of an engine-steps ``steps.csv``; a bad header or value names the file and line."""
-    reader = csv.DictReader(io.StringIO(read_text(path, "steps.csv table"), newline=""))
-    missing = [c for c in STEP_COLUMNS if c not in (reader.fieldnames or [])]
-    if missing:
-        raise ConfigError(str(path), "header", f"missing columns {missing}")
     rows = []
-    for line, raw in enumerate(reader, start=2):
+    for line, raw in csv_records(path, "steps.csv table", STEP_COLUMNS):
         try:
             r = {c: int(raw[c]) for c in _INT}
             r["prefill_attn"] = float(raw["prefill_attn"])
