@@ -9,7 +9,10 @@ error naming the key and both lines (PyYAML keeps the last value without a word)
 
 from __future__ import annotations
 
+import csv
+import io
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +35,17 @@ def read_text(path: str | Path, what: str = "file") -> str:
     except OSError as e:
         raise ConfigError(str(path), "", f"cannot read the file ({e.strerror})") from None
     return decode_text(data, str(path), what)
+
+
+def csv_records(path: str | Path, what: str, columns) -> Iterator[tuple[int, dict]]:
+    """``(line, row)`` of a CSV table whose header must hold ``columns`` (else a ConfigError
+    naming the file), ``line`` as an editor numbers it (the header is line 1), so that a reader
+    can name the line of a bad value."""
+    reader = csv.DictReader(io.StringIO(read_text(path, what), newline=""))
+    missing = [c for c in columns if c not in (reader.fieldnames or [])]
+    if missing:
+        raise ConfigError(str(path), "header", f"missing columns {missing}")
+    return enumerate(reader, start=2)
 
 
 def decode_text(data: bytes, where: str, what: str = "file") -> str:

@@ -50,7 +50,8 @@ class GPUSpec:
     """One GPU model. Bandwidths in bytes/s, compute in FLOP/s, memory in bytes, $ per hour.
 
     Invariants: all numbers positive; ``nvlink_bandwidth`` (per direction) is None for GPUs
-    without NVLink; measured ceilings, when given, are positive.
+    without NVLink; measured ceilings, when given, are positive. ``tdp_w`` (datasheet board
+    power) only feeds the energy estimate of runs without measured power (`simulator.energy`).
     """
 
     name: str
@@ -62,12 +63,14 @@ class GPUSpec:
     measured_flops: float | None = None
     measured_bandwidth: float | None = None
     fp8_flops: float | None = None
+    #: board power limit in W (datasheet TDP); None: unknown, and so is a TDP energy estimate
+    tdp_w: float | None = None
     notes: str = ""
 
     def __post_init__(self) -> None:
         for f in ("memory_bytes", "hbm_bandwidth", "bf16_flops", "price_per_hour"):
             _require_pos(self, f, getattr(self, f))
-        for f in ("nvlink_bandwidth", "measured_flops", "measured_bandwidth", "fp8_flops"):
+        for f in ("nvlink_bandwidth", "measured_flops", "measured_bandwidth", "fp8_flops", "tdp_w"):
             if getattr(self, f) is not None:
                 _require_pos(self, f, getattr(self, f))
 
@@ -145,6 +148,7 @@ GPUS: dict[str, GPUSpec] = {
             measured_flops=800e12,
             measured_bandwidth=3.0e12,
             fp8_flops=1979e12,
+            tdp_w=700,  # datasheet max TDP
             notes="spec: NVIDIA H100 SXM5 datasheet; measured: torch 2.11 on this workplace",
         ),
         GPUSpec(
@@ -157,6 +161,7 @@ GPUS: dict[str, GPUSpec] = {
             measured_flops=790e12,
             measured_bandwidth=4.3e12,
             fp8_flops=1979e12,
+            tdp_w=700,  # datasheet max TDP
             notes="spec: NVIDIA H200 SXM datasheet; measured: torch 2.11 on this workplace",
         ),
         GPUSpec(
@@ -167,6 +172,7 @@ GPUS: dict[str, GPUSpec] = {
             bf16_flops=312e12,
             price_per_hour=1.80,
             nvlink_bandwidth=300e9,  # NVLink 3: 600 GB/s bidirectional
+            tdp_w=400,  # datasheet max TDP
             notes="spec: NVIDIA A100 80GB SXM datasheet; ceilings = spec x default efficiency",
         ),
         GPUSpec(
@@ -177,6 +183,7 @@ GPUS: dict[str, GPUSpec] = {
             fp8_flops=733e12,
             price_per_hour=1.00,
             nvlink_bandwidth=None,  # PCIe Gen4 x16 only
+            tdp_w=350,  # datasheet max TDP
             notes="spec: NVIDIA L40S datasheet; ceilings = spec x default efficiency",
         ),
     )
@@ -224,7 +231,8 @@ def load_gpu(value: Any, where: str, key: str) -> GPUSpec:
 
     Mapping keys use decimal units: ``memory_gb`` (1e9 bytes), ``hbm_bandwidth_gb_s``,
     ``bf16_tflops``, ``price_per_hour``, ``nvlink_bandwidth_gb_s`` (null: none),
-    ``fp8_tflops`` (null: no FP8), ``measured_tflops``, ``measured_bandwidth_gb_s``, ``name``.
+    ``fp8_tflops`` (null: no FP8), ``measured_tflops``, ``measured_bandwidth_gb_s``, ``tdp_w``
+    (watts; null or absent on a GPU without ``base``: energy is reported as unknown), ``name``.
     With ``base: <catalog name>``
     every key is optional and overrides the base value.
     """
@@ -248,6 +256,8 @@ def load_gpu(value: Any, where: str, key: str) -> GPUSpec:
             sec.raw(name)  # optional field explicitly set to null: "none"
             return None
         v = sec.num(name, dflt(field, scale, fallback), min=0, strict_min=True)
+        if v is not None and not math.isfinite(v):  # NaN passes the range check
+            raise sec.error(name, f"expected a finite number > 0, got {v}")
         return None if v is None else v * scale
 
     name = sec.str("name", base.name if base else "custom")
@@ -261,6 +271,7 @@ def load_gpu(value: Any, where: str, key: str) -> GPUSpec:
         measured_flops=pos("measured_tflops", "measured_flops", 1e12, None),
         measured_bandwidth=pos("measured_bandwidth_gb_s", "measured_bandwidth", 1e9, None),
         fp8_flops=pos("fp8_tflops", "fp8_flops", 1e12, None),
+        tdp_w=pos("tdp_w", "tdp_w", 1.0, None),
         notes=sec.str("notes", base.notes if base else "custom GPU from config"),
     )
     sec.done()

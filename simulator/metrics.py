@@ -18,6 +18,7 @@ import re
 
 import numpy as np
 
+from simulator.energy import DEFAULT_USD_PER_KWH, energy_summary
 from simulator.served import ShardedModel
 from simulator.steplog import NAMES as STEP_NAMES
 
@@ -163,8 +164,11 @@ def summarize(
     tp: int,
     end_s: float,
     price_per_gpu_hour: float,
+    energy=None,
+    usd_per_kwh: float = DEFAULT_USD_PER_KWH,
 ) -> dict:
-    """Every metric of DESIGN.md for one run."""
+    """Every metric of DESIGN.md for one run; with ``energy`` (a `simulator.energy` model) an
+    ``energy`` section after ``cost``, from the same duration and token counts as ``cost``."""
     status = cols["status"]
     done = status == "finished"
     n_arrived = len(status)
@@ -197,7 +201,7 @@ def summarize(
     block_size = replicas[0].kv.block_size if replicas else 1
     waste = steps["kv_blocks_used"] * block_size - steps["kv_tokens"]
     reserved = steps["kv_blocks_used"] * block_size
-    return {
+    out = {
         "requests": {
             "arrived": n_arrived,
             "completed": int(done.sum()),
@@ -244,6 +248,12 @@ def summarize(
             ),
         },
     }  # fmt: skip
+    if energy is not None:
+        out["energy"] = energy_summary(
+            energy, steps, duration_s=duration, replicas=len(replicas), tp=tp,
+            output_tokens=out_tok, tokens=in_tok + out_tok, usd_per_kwh=usd_per_kwh,
+        )  # fmt: skip
+    return out
 
 
 def step_work(steps: dict, model) -> tuple[float, float]:

@@ -26,8 +26,10 @@ Each point of the space is one *unit*: one replica (colocated), or one prefill +
    cheapest are then simulated at the full target rate with that many units (and as many more
    requests), and the table says whether each passed; the answer is the cheapest that passed.
 
-Energy is not a second objective here: no latency model in this tree predicts energy per step,
-so the plan ranks by $/hour alone and says so. Results: ``OUT/units/<point>.json`` and
+Energy is the second objective, reported beside the cost: each row carries the joules per
+output token of the run its p95 latencies come from (summary.json's ``energy``: measured when
+the unit's step table has power readings, else a TDP estimate, `simulator.energy`); the ranking
+is by $/hour alone, as before. Results: ``OUT/units/<point>.json`` and
 ``OUT/verify/<point>.json`` (one file per search; ``--resume`` reuses those whose inputs hash
 the same), ``OUT/plan.csv`` (ranked), ``OUT/plan.json`` and ``OUT/pareto.png`` (drawn from
 plan.csv by `simulator.plots.plot_pareto`).
@@ -55,8 +57,9 @@ MEMORY_ERRORS = ("does not fit on", "the KV cache (")
 #: Keys the plan derives itself, so the space may not set them.
 DERIVED_KEYS = ("cluster.replicas", "cluster.prefill.replicas", "cluster.decode.replicas")
 ENERGY_NOTE = (
-    "energy: not reported: no latency model in this tree predicts energy per step, so the "
-    "plan ranks by $/hour only"
+    "energy: J/tok is joules per output token of the run each row's latencies come from "
+    "(energy_source: a measured table, or tdp_estimate: busy time x TDP, idle not counted); "
+    "the ranking is by $/hour only"
 )
 
 
@@ -280,7 +283,11 @@ def _simulate(job: dict, cfg: dict) -> Probe:
     from simulator.runner import build, simulate
 
     summary = simulate(build(cfg, job["where"], Path(job["base_dir"]))).summary
-    return judge(summary, list(job["slos"]), job["attainment"])
+    probe = judge(summary, list(job["slos"]), job["attainment"])
+    energy = summary.get("energy") or {}
+    probe.metrics.update(joules_per_output_token=energy.get("joules_per_output_token"),
+                         energy_source=energy.get("source"))  # fmt: skip
+    return probe
 
 
 def size_unit(job: dict) -> dict:
@@ -444,9 +451,10 @@ def _estimate_at_load(probes: list[dict], load: float) -> dict:
     probe with the lowest rate >= that share (a pessimistic estimate until verified)."""
     above = [p for p in probes if p["ok"] and p["rate"] >= load * (1 - 1e-9)]
     best = min(above, key=lambda p: p["rate"]) if above else None
+    keys = ("ttft_p95_s", "tpot_p95_s", "joules_per_output_token", "energy_source")
     if best is None:
-        return {"ttft_p95_s": None, "tpot_p95_s": None, "metrics_from": ""}
-    return {"ttft_p95_s": best.get("ttft_p95_s"), "tpot_p95_s": best.get("tpot_p95_s"),
+        return {**dict.fromkeys(keys), "metrics_from": ""}
+    return {**{k: best.get(k) for k in keys},
             "metrics_from": f"1 unit at {best['rate']:.4g} req/s"}  # fmt: skip
 
 
@@ -493,6 +501,8 @@ def _verify_round(run: PlanRun, batch: list[dict], out: Path, opts: dict) -> Non
             continue
         u.update(ttft_p95_s=rec.get("ttft_p95_s"), tpot_p95_s=rec.get("tpot_p95_s"),
                  attainment=rec.get("slo_attainment"),
+                 joules_per_output_token=rec.get("joules_per_output_token"),
+                 energy_source=rec.get("energy_source"),
                  metrics_from=f"{n} unit{'s' * (n > 1)} at {spec.target_rate:g} req/s")  # fmt: skip
         if rec["status"] == "passed":
             u["verified"] = "passed"
@@ -524,8 +534,8 @@ def plan(spec: PlanSpec, out: Path, *, jobs: int = 1, backend: str = "local",
 TABLE_COLUMNS = (
     "rank", "point", "status", "gpu", "tp", "precision", "unit_gpus", "capacity_rps", "replicas",
     "gpus", "price_per_gpu_hour", "usd_per_hour", "ttft_p95_s", "tpot_p95_s", "attainment",
-    "metrics_from", "verified", "answer", "tpot_floor_s", "latency_model", "sims", "resumed",
-    "reason",
+    "joules_per_output_token", "metrics_from", "verified", "answer", "tpot_floor_s",
+    "latency_model", "energy_source", "sims", "resumed", "reason",
 )  # fmt: skip
 
 
@@ -581,12 +591,16 @@ def _ms(v) -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v * 1000:.0f}"
 
 
+def _num(v) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3g}"
+
+
 def format_table(run: PlanRun) -> str:
     """The ranked table as printed (plan.csv has every column)."""
     rows = table_rows(run)
     w = min(max([len(r["point"]) for r in rows] + [5]), 80) + 1
     head = (f"{'#':>3} {'point':<{w}}{'status':<16}{'cap/unit':>9}{'units':>6}{'GPUs':>5}"
-            f"{'$/h':>8}{'TTFT95':>7}{'TPOT95':>7}  verified")  # fmt: skip
+            f"{'$/h':>8}{'TTFT95':>7}{'TPOT95':>7}{'J/tok':>7}  verified")  # fmt: skip
     lines = [head, "-" * len(head)]
     for r in rows:
         cap = f"{r['capacity_rps']:.3g}" if r["capacity_rps"] else "-"
@@ -595,7 +609,8 @@ def format_table(run: PlanRun) -> str:
         lines.append(
             f"{r['rank'] or '':>3} {r['point'][: w - 1]:<{w}}{r['status']:<16}{cap:>9}"
             f"{r['replicas'] or '-':>6}{r['gpus'] or '-':>5}{cost:>8}{_ms(r['ttft_p95_s']):>7}"
-            f"{_ms(r['tpot_p95_s']):>7}  {r['verified']}{mark}"
+            f"{_ms(r['tpot_p95_s']):>7}{_num(r['joules_per_output_token']):>7}  "
+            f"{r['verified']}{mark}"
         )
     return "\n".join(lines)
 
@@ -609,7 +624,8 @@ def format_report(run: PlanRun, wall_s: float) -> str:
             f"answer: {a['point']}: {a['replicas']} x {a['unit_gpus']} {a['gpu']} = {a['gpus']} "
             f"GPUs, ${a['usd_per_hour']:.2f}/h; verified at {spec.target_rate:g} req/s: TTFT "
             f"p95 {_ms(a['ttft_p95_s'])} ms, TPOT p95 {_ms(a['tpot_p95_s'])} ms, attainment "
-            f"{(a.get('attainment') or 0) * 100:.1f}%"
+            f"{(a.get('attainment') or 0) * 100:.1f}%; {_num(a.get('joules_per_output_token'))} J "
+            f"per output token ({a.get('energy_source') or 'energy unknown'})"
         )
     else:
         lines.append("answer: none: no deployment in the space passed verification at the "

@@ -100,9 +100,31 @@ def format_summary(summary: dict, name: str = "") -> str:
             f"cost: ${c['usd_per_million_tokens']:.3f} per million tokens "
             f"({c['num_gpus']} GPU(s) at ${c['price_per_gpu_hour']:.2f}/h)"
         )
+    if summary.get("energy"):
+        lines.append(energy_line(summary["energy"]))
     for w in lat.get("warnings", []) or []:
         lines.append(f"warning: {w}")
     return "\n".join(lines)
+
+
+def energy_line(e: dict) -> str:
+    """The energy section in one line, saying whether it is measured or an estimate."""
+    if e.get("joules") is None:
+        return f"energy: unknown ({e.get('reason', 'no energy model')})"
+    jpt = e["joules_per_output_token"]
+    per_tok = f"{jpt:.3g} J per output token, " if jpt is not None else ""
+    usd = e.get("usd_per_million_tokens")
+    usd_txt = f", ${usd:.4f} per million tokens" if usd is not None else ""
+    if e["kind"] == "measured":
+        ho = (e.get("model") or {}).get("heldout") or {}
+        err = f", held-out median error {ho['median'] * 100:.1f}%" if ho.get("median") else ""
+        how = f"measured: {e['source']}{err}"
+    else:
+        how = "TDP estimate: busy time x TDP, idle not counted"
+    return (
+        f"energy: {e['joules'] / 3.6e6:.3g} kWh, {per_tok}avg {e['avg_power_w']['per_gpu']:.0f} "
+        f"W per GPU{usd_txt} at ${e['usd_per_kwh']:.2f}/kWh ({how})"
+    )
 
 
 def _request_lines(summary: dict) -> list[str]:

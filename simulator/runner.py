@@ -9,6 +9,7 @@ identical results. Writing files is `simulator.results`' job.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from simulator import latency as _latency  # noqa: F401  (package init)
 from simulator.cfg import Section
 from simulator.cluster import Cluster
 from simulator.config import TOP_LEVEL, folder_name_problem
+from simulator.energy import DEFAULT_USD_PER_KWH, energy_model
 from simulator.engine import MAX_REPLICAS, EngineSpec, mark_all_used
 from simulator.errors import ConfigError
 from simulator.executor import SimulatedExecutor
@@ -56,6 +58,9 @@ class Built:
     resolved: dict = field(default_factory=dict)
     #: the SeedSequence the policies' generators are spawned from (one child per replica)
     policy_seed: object = None
+    #: electricity price ($/kWh) and the steps' energy model (`simulator.energy.energy_model`)
+    usd_per_kwh: float = DEFAULT_USD_PER_KWH
+    energy: object = None
 
 
 @dataclass
@@ -87,6 +92,9 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
     tp = hw.int("tp", 1, min=1)
     model.check_tp(tp, where, hw.key("tp"))
     price = hw.num("price_per_gpu_hour", gpu.price_per_hour, min=0)
+    usd_per_kwh = hw.num("usd_per_kwh", DEFAULT_USD_PER_KWH, min=0)
+    if not math.isfinite(usd_per_kwh):
+        raise hw.error("usd_per_kwh", f"expected a finite number >= 0, got {usd_per_kwh}")
     hw.done()
 
     sim = top.section("sim", {})
@@ -171,7 +179,7 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
         "name": name,
         "seed": seed,
         "model": dataclasses.asdict(model),
-        "hardware": {"gpu": dataclasses.asdict(gpu), "tp": tp, "price_per_gpu_hour": price},
+        "hardware": {"gpu": gpu_record(gpu), "tp": tp, "price_per_gpu_hour": price},
         "scheduler": main.resolved_scheduler,
         "kv_cache": {
             **main.resolved_kv,
@@ -191,7 +199,7 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
     }
     return Built(
         name, seed, model, gpu, tp, workload, latency, slo, price, horizon_s, coalesce,
-        make_replicas, router, resolved, policy_seed,
+        make_replicas, router, resolved, policy_seed, usd_per_kwh, energy_model(latency, gpu, tp),
     )  # fmt: skip
 
 
@@ -227,7 +235,8 @@ def simulate(built: Built, executor_factory=None, progress=None) -> Results:
     steps = step_arrays(replicas, release=True)
     summary = summarize(
         cols, steps, replicas, slo=built.slo, model=built.model, gpu=built.gpu, tp=built.tp,
-        end_s=end_s, price_per_gpu_hour=built.price_per_gpu_hour,
+        end_s=end_s, price_per_gpu_hour=built.price_per_gpu_hour, energy=built.energy,
+        usd_per_kwh=built.usd_per_kwh,
     )  # fmt: skip
     summary["requests"]["not_arrived_by_horizon"] = (
         len(built.workload.requests) - cluster.num_arrived
@@ -247,6 +256,16 @@ def simulate(built: Built, executor_factory=None, progress=None) -> Results:
         summary["disaggregation"] = cluster.describe()
     _check_conservation(cluster, replicas, horizon=built.horizon_s is not None)
     return Results(summary, cols, steps, built.resolved, time.perf_counter() - t0)
+
+
+def gpu_record(gpu: GPUSpec) -> dict:
+    """The GPU as the resolved config records it: every field but ``tdp_w``, which only feeds
+    the energy estimate and is recorded in summary.json's ``energy`` section. Why: the resolved
+    ``hardware`` section is part of a saved real run's fingerprint (`servesim validate`), and
+    runs saved before GPUs had a TDP must still match their experiment."""
+    rec = dataclasses.asdict(gpu)
+    rec.pop("tdp_w")
+    return rec
 
 
 def _run_reporting(env: simpy.Environment, until: float | None, report, every: int = 4096):

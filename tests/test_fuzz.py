@@ -60,6 +60,7 @@ KEYS = sorted(set(_paths(BASE)) | {
     "scheduler.preemption", "scheduler.num_speculative_tokens", "workload.limits.duration_s",
     "workload.limits.max_total_tokens", "workload.limits.max_requests", "workload.arrival.cv",
     "workload.trace.path", "latency.step_s", "hardware.price_per_gpu_hour", "scheduler.bogus",
+    "hardware.usd_per_kwh",
 })  # fmt: skip
 WORDS = ["continuous", "static", "dynamic", "chunked_prefill", "speculative", "vllm", "paged",
          "contiguous", "poisson", "gamma", "constant", "trace", "auto", "roofline", "profile",

@@ -80,6 +80,10 @@ def test_tiny_plan_finds_the_answer_known_by_hand(tmp_path):
     assert pricey["usd_per_hour"] == pytest.approx(12.0)
     assert cheap["verified"] == "passed"
     assert cheap["tpot_p95_s"] == pytest.approx(0.010)
+    # energy, the second objective: a request is 10 steps of 10 ms; the TDP estimate charges
+    # busy time only, 700 W x 0.1 s = 70 J for 10 output tokens, whatever the load
+    assert cheap["joules_per_output_token"] == pytest.approx(7.0)
+    assert cheap["energy_source"] == "tdp_estimate"
     # pruned without a simulation: two memory misfits, two TPOT misses at batch 1
     assert run.count(prune="memory") == 2 and run.count(prune="tpot") == 2
     assert _by_gpu(run, "cheap", 50)["tpot_floor_s"] == pytest.approx(0.050)
@@ -88,6 +92,7 @@ def test_tiny_plan_finds_the_answer_known_by_hand(tmp_path):
     with open(tmp_path / "out" / "plan.csv", newline="") as f:
         first = next(csv.DictReader(f))
     assert (first["rank"], first["point"], first["answer"]) == ("1", cheap["point"], "True")
+    assert float(first["joules_per_output_token"]) == pytest.approx(7.0)
     assert json.loads((tmp_path / "out" / "plan.json").read_text())["pruned"] == {
         "memory": 2, "tpot": 2
     }  # fmt: skip
@@ -113,7 +118,8 @@ def test_plan_command_prints_the_answer_and_writes_table_and_plot(tmp_path, caps
     assert code == 0
     assert "answer: " in out and "4 x 1 cheap = 4 GPUs, $4.00/h" in out
     assert "pruned without simulating 2 (do not fit in memory) + 2 (TPOT" in out
-    assert "simulations: " in out and "energy: not reported" in out
+    assert "simulations: " in out and "energy: J/tok is joules per output token" in out
+    assert "7 J per output token (tdp_estimate)" in out
     assert (tmp_path / "o" / "pareto.png").stat().st_size > 0
 
 

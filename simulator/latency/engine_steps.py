@@ -34,22 +34,22 @@ one, and the engine's warm-up scenario are left out; a prefill step launched beh
 decode step carries the excess of that decode step's stamp (``_attribute``).
 
 Invariant: the held-out steps (``split == test``) are never used by the fit; ``heldout()``
-reports the error on them.
+reports the error on them, and the energy model's (`simulator.energy`, fitted on the table's
+``energy.csv`` when it has one) on the held-out scenarios' joules.
 """
 
 from __future__ import annotations
 
 import bisect
-import csv
-import io
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from scipy.optimize import linprog
 
+from simulator.energy import table_energy
 from simulator.errors import ConfigError
-from simulator.files import load_yaml_file, read_text
+from simulator.files import csv_records, load_yaml_file, read_text
 from simulator.latency.base import STEP_FEATURES
 
 STEP_COLUMNS = [
@@ -105,6 +105,8 @@ class EngineStepModel:
         gpu_dir = self.meta["gpu"]["key"]
         # the folder names the model, its precision and TP (``llama-3-8b_fp8_tp1``)
         self.name = f"engine:{engine['name']}-{engine['version']}/{gpu_dir}/{self.dir.name}"
+        #: the steps' energy (`simulator.energy`), or None and why not (a TDP estimate then)
+        self.energy, self.energy_note = table_energy(self.dir, self.meta, self.name, tp)
         for _ in range(2):  # first without exposed prefill steps, then with their targets
             self._attribute()
             self.fit([r for r in self.rows if r["split"] == "train" and _usable(r)])
@@ -242,9 +244,12 @@ class EngineStepModel:
         return self._own(r)
 
     def heldout(self) -> dict:
-        """Error of the model on the steps it was not fitted on (signed, sim / real - 1)."""
+        """Error of the model on the steps it was not fitted on (|sim / real - 1|), and of its
+        energy model on the held-out scenarios' joules (or why there is none)."""
         test = [r for r in self.rows if r["split"] == "test" and _usable(r)]
-        return error_summary(self, test)
+        out = error_summary(self, test)
+        out["energy"] = self.energy.heldout() if self.energy else self.energy_note
+        return out
 
     def describe(self) -> dict:
         return {
@@ -320,12 +325,8 @@ _INT = tuple(c for c in STEP_COLUMNS if c not in ("scenario", "split", "prefill_
 
 def read_steps_csv(path: Path) -> list[dict]:
     """Rows of an engine-steps ``steps.csv``; a bad header or value names the file and line."""
-    reader = csv.DictReader(io.StringIO(read_text(path, "steps.csv table"), newline=""))
-    missing = [c for c in STEP_COLUMNS if c not in (reader.fieldnames or [])]
-    if missing:
-        raise ConfigError(str(path), "header", f"missing columns {missing}")
     rows = []
-    for line, raw in enumerate(reader, start=2):
+    for line, raw in csv_records(path, "steps.csv table", STEP_COLUMNS):
         try:
             r = {c: int(raw[c]) for c in _INT}
             r["prefill_attn"] = float(raw["prefill_attn"])
