@@ -170,7 +170,7 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
     resolved = {
         "name": name,
         "seed": seed,
-        "model": dataclasses.asdict(model),
+        "model": model.resolved(),
         "hardware": {"gpu": dataclasses.asdict(gpu), "tp": tp, "price_per_gpu_hour": price},
         "scheduler": main.resolved_scheduler,
         "kv_cache": {
