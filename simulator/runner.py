@@ -134,7 +134,8 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
     workload = build_workload(
         top.section("workload"), np.random.default_rng(wl_seed), Path(base_dir)
     )
-    _check_fits(workload, max_model_len, num_blocks * block_size, on_oversize, where)
+    rows = num_blocks // ShardedModel(model, tp).kv_pool(block_size).blocks_per_row
+    _check_fits(workload, max_model_len, rows * block_size, on_oversize, where)
 
     slo_sec = top.section("slo", {})
     slo = {

@@ -80,7 +80,18 @@ class KVSpec:
     """KV layout of a group of layers that share one page (block) format (vLLM's KVCacheSpec).
 
     ``page_size_bytes`` is one block of one layer; the group holds ``num_layers`` such pages per
-    block. Subclasses (sliding window, MLA) change how a page is laid out, not this contract.
+    block. Subclasses (sliding window, MLA) change how a page is laid out and which blocks a
+    request must hold and read, never this contract. Consumers ask the spec, they do not test
+    its type:
+
+    * ``max_blocks_needed(num_tokens)``: the most blocks (per layer) a request of ``num_tokens``
+      tokens holds at once in the worst case (its whole sequence computed in one chunk);
+    * ``blocks_freeable(num_computed)``: leading blocks no query at or after position
+      ``num_computed`` reads, so they can be returned (0 for full attention);
+    * ``tokens_read(context_len)``: keys one query with ``context_len`` tokens of context reads.
+
+    Invariants: ``blocks_freeable(n) <= n // block_size``; ``tokens_read(c) <= c``; both are
+    non-decreasing.
     """
 
     block_size: int
@@ -90,6 +101,15 @@ class KVSpec:
     @property
     def page_size_bytes(self) -> float:
         raise NotImplementedError
+
+    def max_blocks_needed(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def blocks_freeable(self, num_computed: int) -> int:
+        return 0
+
+    def tokens_read(self, context_len: int) -> int:
+        return context_len
 
     @property
     def bytes_per_block(self) -> float:
@@ -124,6 +144,104 @@ class FullAttentionSpec(KVSpec):
             * self.head_size
             * DTYPE_BYTES[self.dtype]
         )
+
+
+@dataclass(frozen=True)
+class SlidingWindowSpec(FullAttentionSpec):
+    """Sliding-window attention: a query at position ``p`` reads keys ``p - window + 1 .. p``.
+
+    As vLLM's ``SlidingWindowManager``: before computing from position ``num_computed``, the
+    blocks wholly before ``num_computed - window + 1`` are freed and never read again. A chunk
+    still holds every block it computes (its first query reads back ``window - 1`` tokens).
+    """
+
+    sliding_window: int = 0
+
+    def blocks_freeable(self, num_computed: int) -> int:
+        skipped = num_computed - self.sliding_window + 1
+        return skipped // self.block_size if skipped > 0 else 0
+
+    def tokens_read(self, context_len: int) -> int:
+        return min(context_len, self.sliding_window)
+
+
+@dataclass(frozen=True)
+class MLAAttentionSpec(KVSpec):
+    """Multi-head latent attention (DeepSeek): one cached vector of ``cache_width`` elements
+    (``kv_lora_rank + qk_rope_head_dim``) per token and layer, shared by every head, so one
+    "head" and no K/V pair. vLLM does not split it over TP: every rank of a TP group holds the
+    whole latent cache (it is replicated), so KV bytes per GPU do not shrink with tp."""
+
+    cache_width: int
+
+    @property
+    def page_size_bytes(self) -> float:
+        return self.block_size * self.cache_width * DTYPE_BYTES[self.dtype]
+
+
+@dataclass(frozen=True)
+class KVPool:
+    """How the layer groups share one block pool (after vLLM's hybrid KV cache manager).
+
+    A pool block is one page for ``unit_layers`` layers (the greatest common divisor of the
+    groups' layer counts; vLLM instead pads groups to equal size); a group of ``n`` layers takes
+    ``n / unit_layers`` pool blocks per ``block_size`` tokens (``groups``: (spec, that
+    multiple)). With one group (every dense or MLA model) a pool block is the whole model's
+    block, as before groups existed.
+    """
+
+    groups: tuple[tuple[KVSpec, int], ...]
+    unit_bytes: float
+
+    @property
+    def blocks_per_row(self) -> int:
+        """Pool blocks ``block_size`` tokens take when no block has been freed."""
+        return sum(m for _, m in self.groups)
+
+    @property
+    def frees_blocks(self) -> bool:
+        """Whether any group returns blocks as a request advances (sliding windows)."""
+        return any(s.blocks_freeable(1 << 62) for s, _ in self.groups)
+
+    def max_blocks_needed(self, num_tokens: int) -> int:
+        return sum(m * s.max_blocks_needed(num_tokens) for s, m in self.groups)
+
+
+class WindowedReads:
+    """The attention features of a model with sliding layers: keys actually read.
+
+    A step's ``decode_ctx`` and ``prefill_attn`` count (query, key) pairs per layer averaged
+    over the layers (``full_fraction`` of them read every key; the rest at most ``window``), so
+    the latency models' KV-read and attention terms, which multiply them by the layer count,
+    charge exactly the keys read. Pure full attention needs none of this (no object).
+    """
+
+    __slots__ = ("window", "full_fraction", "slide_fraction")
+
+    def __init__(self, window: int, full_fraction: float):
+        self.window = window
+        self.full_fraction = full_fraction
+        self.slide_fraction = 1.0 - full_fraction
+
+    def one(self, context_len: int) -> float:
+        """Keys per layer one query with ``context_len`` tokens of context reads."""
+        w = self.window
+        return self.full_fraction * context_len + self.slide_fraction * min(context_len, w)
+
+    def decode(self, ctx_sum: int, excess: int) -> float:
+        """A decode batch whose contexts sum to ``ctx_sum`` and exceed the window by ``excess``
+        in total (sum of ``max(0, c - window)``)."""
+        return ctx_sum - self.slide_fraction * excess
+
+    def prefill_pairs(self, computed: int, n: int) -> float:
+        """Pairs per layer of a chunk of ``n`` queries after ``computed`` tokens: query ``q``
+        (0-based position) reads ``q + 1`` keys, or at most ``window`` on sliding layers."""
+        full = n * (computed + (n + 1) / 2)
+        w = self.window
+        lo, hi = computed + 1, computed + n  # contexts of the chunk's queries
+        below = max(0, min(hi, w) - lo + 1)  # queries whose context fits the window
+        capped = below * (lo + lo + below - 1) / 2 + (n - below) * w
+        return self.full_fraction * full + self.slide_fraction * capped
 
 
 class ShardedModel:
@@ -247,26 +365,50 @@ class ShardedModel:
         return self.weight_bytes / self.tp
 
     def kv_specs(self, block_size: int) -> list[KVSpec]:
-        """The KV layout per GPU: one spec per group of layers sharing a page format."""
-        return [
-            FullAttentionSpec(
-                block_size=block_size,
-                num_layers=self.layers,
-                dtype=self.kv_cache_dtype,
-                num_kv_heads=self.kv_heads,
-                head_size=self.head_dim,
-            )
-        ]
+        """The KV layout per GPU: one spec per group of layers sharing a page format (full
+        attention, sliding window, MLA latent), full-attention group first."""
+        spec, dtype = self.spec, self.kv_cache_dtype
+        if spec.mla is not None:
+            return [MLAAttentionSpec(block_size, self.layers, dtype, spec.mla.cache_width)]
+        full = spec.num_full_layers
+        specs: list[KVSpec] = []
+        if full:
+            specs.append(FullAttentionSpec(block_size, full, dtype, self.kv_heads, self.head_dim))
+        if full < self.layers:
+            specs.append(SlidingWindowSpec(block_size, self.layers - full, dtype, self.kv_heads,
+                                           self.head_dim, spec.sliding_window))  # fmt: skip
+        return specs
+
+    def kv_pool(self, block_size: int) -> KVPool:
+        """The groups' shared block pool (`KVPool`): what one pool block is and how many each
+        group takes per ``block_size`` tokens."""
+        specs = self.kv_specs(block_size)
+        unit = math.gcd(*(s.num_layers for s in specs))
+        groups = tuple((s, s.num_layers // unit) for s in specs)
+        return KVPool(groups, specs[0].page_size_bytes * unit if len(specs) > 1
+                      else specs[0].bytes_per_block)  # fmt: skip
+
+    def kv_reads(self) -> WindowedReads | None:
+        """The keys-read features for a model with sliding layers (None: every layer reads
+        every key, and the features are the plain context sums)."""
+        spec = self.spec
+        if spec.sliding_window is None:
+            return None
+        return WindowedReads(spec.sliding_window, spec.num_full_layers / spec.num_layers)
 
     @property
     def kv_bytes_per_token_per_gpu(self) -> float:
-        """KV-cache bytes one token occupies on each GPU of the group."""
+        """KV-cache bytes one token occupies on each GPU of the group (every layer holding it;
+        sliding layers hold only the window's tokens, see `kv_pool`)."""
         return sum(s.bytes_per_token for s in self.kv_specs(1))
 
     @property
     def kv_bytes_per_token(self) -> float:
         """KV-cache bytes one token occupies over the whole group, replicated heads counted once
-        (what a P/D transfer of the whole model's KV or MBU counts)."""
+        (what a P/D transfer of the whole model's KV or MBU counts). MLA's latent is one copy
+        replicated on every rank: counted once."""
+        if self.spec.mla is not None:
+            return self.kv_bytes_per_token_per_gpu
         return self.kv_bytes_per_token_per_gpu * self.spec.num_kv_heads / self.kv_heads
 
     def kv_bytes_per_block_per_gpu(self, block_size: int) -> float:
@@ -307,7 +449,11 @@ class ShardedModel:
 __all__ = [
     "FLOPS_PER_MAC",
     "FullAttentionSpec",
+    "KVPool",
     "KVSpec",
+    "MLAAttentionSpec",
+    "SlidingWindowSpec",
+    "WindowedReads",
     "KV_TENSORS",
     "LOGIT_BYTES",
     "Op",

@@ -78,3 +78,115 @@ def test_config_json_overrides_and_strictness(tmp_path):
     ds = dict(HF_CONFIGS["deepseek-v3"][1], quantization_config={"quant_method": "fp8"})
     path.write_text(json.dumps(ds))
     assert load_model({"config": str(path)}, "x", "m").weights == "fp8"
+
+
+# ---- item 2: KV per layer group ---------------------------------------------------------------
+
+#: KV bytes per token per GPU at TP1, bf16, by hand: layers x 2 (K, V) x kv_heads x head_dim x 2 B
+#: for attention with K and V; layers x (kv_lora_rank + qk_rope_head_dim) x 2 B for MLA.
+KV_BYTES_BY_HAND = {
+    "llama-3.1-8b": 32 * 2 * 8 * 128 * 2,
+    "qwen3-8b": 36 * 2 * 8 * 128 * 2,
+    "qwen3-30b-a3b": 48 * 2 * 4 * 128 * 2,
+    "mixtral-8x7b": 32 * 2 * 8 * 128 * 2,
+    "deepseek-v2-lite": 27 * (512 + 64) * 2,
+    "deepseek-v3": 61 * (512 + 64) * 2,
+    "gpt-oss-20b": 24 * 2 * 8 * 64 * 2,
+    "gpt-oss-120b": 36 * 2 * 8 * 64 * 2,
+    "gemma-3-27b": 62 * 2 * 16 * 128 * 2,
+}
+
+
+@pytest.mark.parametrize("name", sorted(KV_BYTES_BY_HAND))
+def test_kv_bytes_per_token_by_hand(name):
+    from simulator.served import ShardedModel
+
+    assert ShardedModel(MODELS[name]).kv_bytes_per_token_per_gpu == KV_BYTES_BY_HAND[name]
+
+
+def test_mla_latent_is_replicated_over_tp():
+    from simulator.served import ShardedModel
+
+    m = MODELS["deepseek-v2-lite"]
+    one, two = ShardedModel(m, 1), ShardedModel(m, 2)
+    assert two.kv_bytes_per_token_per_gpu == one.kv_bytes_per_token_per_gpu == 31104
+    assert two.kv_bytes_per_token == 31104  # the group holds one copy's worth of information
+
+
+def test_mla_capacity_on_h200():
+    """MLA's 576-element latent: DeepSeek-V2-Lite holds ~4x the tokens of Qwen3-8B's GQA per
+    GiB; capacity in blocks is the KV budget over one block's bytes."""
+    from simulator.hardware import GPUS, kv_capacity_blocks
+    from simulator.served import ShardedModel
+
+    m, gpu = MODELS["deepseek-v2-lite"], GPUS["h200"]
+    blocks = kv_capacity_blocks(m, gpu, 1, 16)
+    sm = ShardedModel(m)
+    from simulator.hardware import default_activation_reserve_bytes
+
+    free = gpu.memory_bytes * 0.9 - sm.weight_bytes_per_gpu - default_activation_reserve_bytes(m)
+    assert blocks == int(free // (16 * 31104))
+
+
+def test_pool_of_layer_groups():
+    from simulator.served import ShardedModel
+
+    pool = ShardedModel(MODELS["gemma-3-27b"]).kv_pool(16)
+    (full, mf), (slide, ms) = pool.groups
+    assert (full.num_layers, mf, slide.num_layers, ms) == (10, 5, 52, 26)
+    assert slide.sliding_window == 1024 and pool.frees_blocks
+    assert pool.unit_bytes == 16 * 2 * 16 * 128 * 2 * 2  # one page for gcd(10, 52) = 2 layers
+    llama = ShardedModel(MODELS["llama-3-8b"]).kv_pool(16)
+    assert llama.blocks_per_row == 1 and not llama.frees_blocks
+    assert llama.unit_bytes == 16 * 131072
+
+
+def test_sliding_window_frees_blocks_as_the_request_advances():
+    from simulator.kv.layered import LayeredPagedAllocator
+    from simulator.request import Request
+    from simulator.served import ShardedModel
+
+    sm = ShardedModel(MODELS["gpt-oss-20b"])  # 12 full + 12 sliding layers, window 128
+    kv = LayeredPagedAllocator(1000, 16, sm.kv_pool(16), sm.kv_reads())
+    req = Request(0, 0.0, 1000, 500)
+    assert kv.allocate(req, 1000)  # the prompt in one chunk holds every block of both groups
+    assert len(req.block_table) == 2 * 63 and kv.capacity(req) == 1008
+    req._num_computed = 1000
+    while kv.capacity(req) < 1500:  # decode growth, a row at a time
+        assert kv.extend(req) > 0
+    cap = kv.capacity(req)
+    # full group: every row; sliding group: rows from the first one that the query at the last
+    # growth (position cap - 16, the capacity before it) reads
+    assert len(req.block_table) == cap // 16 + (cap // 16 - (cap - 16 - 128 + 1) // 16)
+    assert kv.num_free_blocks + len(req.block_table) == 1000
+    kv.free(req)
+    assert kv.num_free_blocks == 1000 and not kv._state
+
+
+def test_windowed_reads_against_brute_force():
+    from simulator.decode import DecodeSet
+    from simulator.request import Request
+    from simulator.served import WindowedReads
+
+    r = WindowedReads(window=7, full_fraction=0.25)
+    for c in range(0, 20):
+        for n in range(1, 12):
+            brute = sum(0.25 * (q + 1) + 0.75 * min(q + 1, 7) for q in range(c, c + n))
+            assert r.prefill_pairs(c, n) == pytest.approx(brute)
+    d = DecodeSet(window=7)
+    reqs = []
+    for i, ctx in enumerate([1, 3, 6, 9]):
+        q = Request(i, 0.0, ctx, 50)
+        q._num_computed = ctx - 1
+        d.add(q, 64)
+        reqs.append(q)
+    for _ in range(8):
+        ctxs = [q.num_computed + 1 for q in reqs]
+        assert d.decode_excess() == sum(max(0, c - 7) for c in ctxs)
+        assert r.decode(d.decode_ctx(), d.decode_excess()) == pytest.approx(
+            sum(r.one(c) for c in ctxs)
+        )
+        d.clock += 1
+    d.remove(reqs[3])
+    reqs.pop()
+    assert d.decode_excess() == sum(max(0, q.num_computed + 1 - 7) for q in reqs)
