@@ -190,3 +190,60 @@ def test_windowed_reads_against_brute_force():
     d.remove(reqs[3])
     reqs.pop()
     assert d.decode_excess() == sum(max(0, q.num_computed + 1 - 7) for q in reqs)
+
+
+# ---- item 3: mixture of experts ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("experts,top_k,tokens", [(8, 2, 1), (8, 2, 5), (128, 8, 16), (64, 6, 3)])
+def test_experts_touched_against_brute_force(experts, top_k, tokens):
+    """Uniform routing: each token picks top_k distinct experts at random; the mean number of
+    distinct experts over many simulated steps matches E (1 - (1 - k/E)^T)."""
+    import numpy as np
+
+    from simulator.served import expected_experts_touched
+
+    rng = np.random.default_rng(0)
+    trials = 4000
+    keys = rng.random((trials, tokens, experts))
+    picks = np.argpartition(keys, top_k, axis=2)[:, :, :top_k]  # k distinct experts per token
+    touched = np.zeros((trials, experts), bool)
+    np.put_along_axis(touched, picks.reshape(trials, -1), True, axis=1)
+    brute = touched.sum(1).mean()
+    assert expected_experts_touched(experts, top_k, tokens) == pytest.approx(brute, rel=0.01)
+    skewed = expected_experts_touched(experts, top_k, tokens, skew=1.0)
+    assert skewed < expected_experts_touched(experts, top_k, tokens) + 1e-9
+
+
+def test_moe_step_counts_active_experts():
+    from simulator.hardware import GPUS
+    from simulator.latency.roofline import RooflineLatencyModel
+    from simulator.served import ShardedModel
+
+    m = MODELS["mixtral-8x7b"]
+    sm = ShardedModel(m)
+    # a token goes through 2 of 8 experts: FLOPs of the active linear weights only
+    assert sm.linear_flops_per_token == pytest.approx(
+        2 * (m.num_active_linear_params + 32 * 8 * 4096)
+    )
+    assert sm.step_min_bytes(1, 0) == pytest.approx(sm.active_weight_bytes)
+    assert sm.active_weight_bytes < sm.weight_bytes / 3
+    r = RooflineLatencyModel(m, GPUS["h200"], 1)
+    one = r.breakdown(0, 0, 0, 1, 100)
+    many = r.breakdown(0, 0, 0, 256, 25600)
+    experts_bytes = 32 * 8 * 3 * 4096 * 14336 * 2
+    # one token reads 2 of 8 experts' weights; 256 tokens touch (almost) all 8
+    assert one["bytes"] < experts_bytes / 4 + 3e9
+    assert many["bytes"] > experts_bytes * 0.99
+    total = sum(one[k] for k in ("gemm", "attention", "elementwise", "lm_head", "allreduce"))
+    assert r.step_time(0, 0, 0, 1, 100) == pytest.approx(total + one["overhead"])
+
+
+def test_mla_attention_reads_the_latent():
+    from simulator.served import ShardedModel
+
+    sm = ShardedModel(MODELS["deepseek-v3"], 8)
+    attn = sm.op("attention")
+    assert attn.kv_bytes_per_key == 576 * 2  # one latent per key, not K and V per head
+    assert sm.op("kv_a").shape == (576, 7168)  # replicated: not split over TP
+    assert sm.heads == 16
