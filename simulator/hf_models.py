@@ -29,11 +29,22 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulator.errors import ConfigError
 from simulator.files import read_text
-from simulator.models import MLAConfig, ModelSpec, MoEConfig
+
+if TYPE_CHECKING:
+    from simulator.models import ModelSpec
+
+
+def _arch():
+    """`simulator.models`, imported when first needed: it imports this module to build its
+    catalog, so a module-level import would make the two import each other half-built."""
+    from simulator import models
+
+    return models
+
 
 #: model_type -> the ``architectures`` entry that goes with it
 FAMILIES: dict[str, str] = {
@@ -151,7 +162,7 @@ def spec_from_hf_config(data: Any, where: str, name: str, **overrides: Any) -> M
         fields["weights"] = weights
     fields.update(overrides)
     try:
-        return ModelSpec(name=name, family=family, **fields)
+        return _arch().ModelSpec(name=name, family=family, **fields)
     except ValueError as e:
         raise ConfigError(where, "<model>", str(e)) from None
 
@@ -212,7 +223,7 @@ def _qwen3_moe(f: _Fields, fields: dict) -> dict:
     out = _qwen(f, fields)
     f.require_value("decoder_sparse_step", (1,), "MoE in every layer only")
     f.require_value("mlp_only_layers", ([],), "MoE in every layer only")
-    moe = MoEConfig(
+    moe = _arch().MoEConfig(
         num_experts=f.get("num_experts"),
         top_k=f.get("num_experts_per_tok"),
         expert_intermediate_size=f.get("moe_intermediate_size"),
@@ -222,7 +233,7 @@ def _qwen3_moe(f: _Fields, fields: dict) -> dict:
 
 def _mixtral(f: _Fields, fields: dict) -> dict:
     out = _llama(f, fields)
-    out["moe"] = MoEConfig(
+    out["moe"] = _arch().MoEConfig(
         num_experts=f.get("num_local_experts"),
         top_k=f.get("num_experts_per_tok"),
         expert_intermediate_size=fields["intermediate_size"],
@@ -233,14 +244,14 @@ def _mixtral(f: _Fields, fields: dict) -> dict:
 def _deepseek(f: _Fields, fields: dict) -> dict:
     f.require_value("moe_layer_freq", (1,), "MoE in every layer past the dense ones only")
     f.require_value("attention_bias", (False,), "attention biases")
-    mla = MLAConfig(
+    mla = _arch().MLAConfig(
         kv_lora_rank=f.get("kv_lora_rank"),
         qk_nope_head_dim=f.get("qk_nope_head_dim"),
         qk_rope_head_dim=f.get("qk_rope_head_dim"),
         v_head_dim=f.get("v_head_dim"),
         q_lora_rank=f.get("q_lora_rank", None),
     )
-    moe = MoEConfig(
+    moe = _arch().MoEConfig(
         num_experts=f.get("n_routed_experts"),
         top_k=f.get("num_experts_per_tok"),
         expert_intermediate_size=f.get("moe_intermediate_size"),
@@ -260,7 +271,7 @@ def _gpt_oss(f: _Fields, fields: dict) -> dict:
         "qkv_bias": True,
         "attention_sinks": True,
         **_layer_types(f, fields["num_layers"]),
-        "moe": MoEConfig(num_experts=experts, top_k=top_k,
+        "moe": _arch().MoEConfig(num_experts=experts, top_k=top_k,
                          expert_intermediate_size=fields["intermediate_size"], expert_bias=True),
     }  # fmt: skip
 

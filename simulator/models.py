@@ -585,21 +585,27 @@ def load_model(value: Any, where: str, key: str) -> ModelSpec:
     tie = sec.bool("tie_embeddings", dflt("tie_embeddings", False))
     qkv_bias = sec.bool("qkv_bias", dflt("qkv_bias", False))
     sec.done()
-    return ModelSpec(
-        name=name,
-        num_layers=num_layers,
-        hidden_size=hidden,
-        num_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=head_dim,
-        intermediate_size=intermediate,
-        vocab_size=vocab,
-        weights=weights,
-        kv_cache_dtype=kv_dtype,
-        max_model_len=max_len,
-        tie_embeddings=tie,
-        qkv_bias=qkv_bias,
-    )
+    # the base's architecture (experts, MLA, layer types) comes along: never a silent dense model
+    arch = {f: getattr(base, f) for f in _ARCH_FIELDS} if base is not None else {}
+    try:
+        return ModelSpec(
+            name=name,
+            num_layers=num_layers,
+            hidden_size=hidden,
+            num_heads=heads,
+            num_kv_heads=kv_heads,
+            head_dim=head_dim,
+            intermediate_size=intermediate,
+            vocab_size=vocab,
+            weights=weights,
+            kv_cache_dtype=kv_dtype,
+            max_model_len=max_len,
+            tie_embeddings=tie,
+            qkv_bias=qkv_bias,
+            **arch,
+        )
+    except ValueError as e:
+        raise ConfigError(where, key, f"{e} (overriding shapes of {base_name})") from None
 
 
 def _load_config_file(sec: Section, where: str) -> ModelSpec:

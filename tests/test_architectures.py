@@ -247,3 +247,14 @@ def test_mla_attention_reads_the_latent():
     assert attn.kv_bytes_per_key == 576 * 2  # one latent per key, not K and V per head
     assert sm.op("kv_a").shape == (576, 7168)  # replicated: not split over TP
     assert sm.heads == 16
+
+
+def test_base_keeps_the_architecture():
+    """`{base: <moe model>, ...}` keeps experts, MLA and layer types (never a silent dense
+    model); a shape override that breaks them is a ConfigError."""
+    m = load_model({"base": "qwen3-30b-a3b", "max_model_len": 4096}, "e.yaml", "model")
+    assert m.moe == MODELS["qwen3-30b-a3b"].moe and m.max_model_len == 4096
+    g = load_model({"base": "gemma-3-27b", "kv_cache_dtype": "fp8"}, "e.yaml", "model")
+    assert g.layer_types == MODELS["gemma-3-27b"].layer_types and g.sliding_window == 1024
+    with pytest.raises(ConfigError, match="layer_types"):
+        load_model({"base": "gpt-oss-20b", "num_layers": 4}, "e.yaml", "model")
