@@ -41,11 +41,19 @@ _by_id = attrgetter("id")
 class DecodeSet:
     __slots__ = (
         "clock", "members", "sum_dbase", "_fin", "_grow_at", "_grow_keys", "_longest", "joined",
-        "last_step_end",
+        "last_step_end", "window", "_sat_keys", "_sat", "_sat_dsum",
     )  # fmt: skip
 
-    def __init__(self):
+    def __init__(self, window: int | None = None):
+        """``window``: the sliding window of a model with sliding layers, for `decode_excess`
+        (None: no such layers, and none of its bookkeeping runs)."""
         self.clock = 0
+        self.window = window
+        #: heap of (clock at which a member's context first exceeds the window, id, request)
+        self._sat_keys: list[tuple[int, int, Request]] = []
+        #: members whose context exceeds the window: id -> _dbase; and the sum of those
+        self._sat: dict[int, int] = {}
+        self._sat_dsum = 0
         self.members: dict[int, Request] = {}
         self.sum_dbase = 0
         self._fin: list[tuple[int, int, Request]] = []
@@ -83,6 +91,8 @@ class DecodeSet:
         heapq.heappush(self._fin, (req._fin_clock, req.id, req))
         self.set_capacity(req, capacity)
         self.joined.append(req)
+        if self.window is not None:
+            heapq.heappush(self._sat_keys, (self.window - dbase, req.id, req))
 
     def remove(self, req: Request) -> None:
         """Take a member out, writing its progress back onto the request."""
@@ -94,6 +104,8 @@ class DecodeSet:
         del self.members[req.id]
         self.sum_dbase -= req._dbase
         req._fin_clock = req._grow_clock = -1
+        if self.window is not None and req.id in self._sat:
+            self._sat_dsum -= self._sat.pop(req.id)
         if len(self._longest) > 2 * len(self.members) + 64:
             # stale entries below the top are never popped: rebuild (amortized O(1) a removal)
             self._longest = [(-m._dbase, m.id, m) for m in self.members.values()]
@@ -117,6 +129,34 @@ class DecodeSet:
     def decode_ctx(self) -> int:
         """Sum over members of keys read by the next decode step (context incl. the new token)."""
         return len(self.members) * (self.clock + 1) + self.sum_dbase
+
+    def decode_excess(self) -> int:
+        """Sum over members of how far the next decode step's context exceeds ``window``
+        (``sum(max(0, clock + 1 + _dbase - window))``): the keys sliding layers do not read.
+
+        A member's context exceeds the window from clock ``window - _dbase`` on; members are
+        moved into the exceeding set lazily, when the clock has passed their key."""
+        self._saturate()
+        return len(self._sat) * (self.clock + 1 - self.window) + self._sat_dsum
+
+    def next_excess_clock(self) -> int | None:
+        """The next clock value at which another member's context exceeds the window."""
+        self._saturate()
+        heap = self._sat_keys
+        while heap:
+            key, rid, req = heap[0]
+            if req._dset is self and req._dbase == self.window - key and rid not in self._sat:
+                return key
+            heapq.heappop(heap)
+        return None
+
+    def _saturate(self) -> None:
+        heap, clock, sat, w = self._sat_keys, self.clock, self._sat, self.window
+        while heap and heap[0][0] <= clock:
+            key, rid, req = heapq.heappop(heap)
+            if req._dset is self and req._dbase == w - key and rid not in sat:
+                sat[rid] = req._dbase
+                self._sat_dsum += req._dbase
 
     def decode_max(self) -> int:
         """Longest context among members read by the next decode step (0 when empty)."""

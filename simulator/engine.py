@@ -17,6 +17,7 @@ from policies import POLICIES
 from simulator.cfg import Section
 from simulator.hardware import kv_capacity_blocks
 from simulator.kv.contiguous import RESERVE_MODES, ContiguousAllocator
+from simulator.kv.layered import LayeredPagedAllocator
 from simulator.kv.paged import PagedAllocator
 from simulator.kv.prefix import PrefixCachingAllocator
 from simulator.served import ShardedModel
@@ -88,6 +89,12 @@ class EngineSpec:
                     "block_size", f"must divide prefix_caching.hash_block_tokens {hash_block}"
                 )
 
+        pool = served.kv_pool(block_size)
+        if pool.frees_blocks and (allocator != "paged" or prefix is not False):
+            what = "prefix_caching" if prefix is not False else "allocator"
+            raise kvs.error(what, f"{model.name} has sliding-window layers: only the paged "
+                            "allocator without prefix caching models them")  # fmt: skip
+
         @functools.cache
         def block_ids() -> tuple[int, ...]:  # built once, shared by every replica's pool
             return tuple(range(num_blocks))
@@ -100,6 +107,9 @@ class EngineSpec:
                     num_blocks, block_size, shared_prefix_tokens=shared,
                     hash_block_tokens=hash_block,
                 )  # fmt: skip
+            if pool.frees_blocks:
+                return LayeredPagedAllocator(num_blocks, block_size, pool, served.kv_reads(),
+                                             block_ids())  # fmt: skip
             return PagedAllocator(num_blocks, block_size, block_ids())
 
         engine = _engine_dict(max_len, block_size, num_blocks, served)

@@ -356,6 +356,10 @@ def kv_capacity_blocks(
     (block_size x kv_bytes_per_token))``. (When tp exceeds the KV heads, heads are replicated and
     capacity stops growing with tp.)
 
+    With layer groups that free blocks (sliding windows) a block is one pool block of
+    `simulator.served.KVPool` (a page for ``unit_layers`` layers) instead of a block over all
+    layers; with one group (dense or MLA models) the two are the same.
+
     Raises ConfigError (at ``where`` / ``key``) when the weights and reserve do not fit or not
     even one block is left.
     """
@@ -374,7 +378,7 @@ def kv_capacity_blocks(
     budget = gpu.memory_bytes * gpu_memory_utilization
     weights = served.weight_bytes_per_gpu
     free = budget - weights - reserve
-    block_bytes = served.kv_bytes_per_block_per_gpu(block_size)
+    block_bytes = served.kv_pool(block_size).unit_bytes  # one pool block (KVPool)
     blocks = math.floor(free / block_bytes) if free > 0 else 0
     if blocks < 1:
         raise ConfigError(

@@ -21,7 +21,8 @@ models. It is a dict of frozen dataclasses built from literals: nothing is read 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 from simulator.cfg import REQUIRED, Section
@@ -33,6 +34,55 @@ RETIRED_PRECISION_KEYS = {
     "bytes_per_weight": "weights: bf16 | fp8 | int4 (e.g. weights: fp8)",
     "bytes_per_kv": "kv_cache_dtype: bf16 | fp8 (e.g. kv_cache_dtype: fp8)",
 }
+
+
+#: Layer types of `ModelSpec.layer_types` (Hugging Face's ``layer_types`` names).
+LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+@dataclass(frozen=True)
+class MLAConfig:
+    """Multi-head latent attention (DeepSeek-V2/V3): K and V are rebuilt from one cached latent.
+
+    The cache holds, per token and layer, the compressed KV latent (``kv_lora_rank``) and the
+    decoupled rotary key (``qk_rope_head_dim``), shared by all heads. ``q_lora_rank`` None means
+    a plain query projection (DeepSeek-V2-Lite).
+    """
+
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: int | None = None
+
+    @property
+    def cache_width(self) -> int:
+        """Elements cached per token and layer: the latent plus the rotary key."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True)
+class MoEConfig:
+    """Routed mixture-of-experts MLP (SwiGLU experts), in the layers it replaces the dense MLP.
+
+    ``num_experts`` routed experts of width ``expert_intermediate_size``, ``top_k`` per token;
+    ``num_shared_experts`` always-on experts of the same width (DeepSeek); the first
+    ``first_dense_layers`` layers keep the dense MLP (DeepSeek's ``first_k_dense_replace``).
+    ``expert_bias``: gpt-oss experts carry biases. Routing skew (how far from uniform the router
+    spreads tokens) is not a model fact: `simulator.served.expected_experts_touched` takes it.
+    """
+
+    num_experts: int
+    top_k: int
+    expert_intermediate_size: int
+    num_shared_experts: int = 0
+    first_dense_layers: int = 0
+    expert_bias: bool = False
+
+    def expert_params(self, hidden: int) -> int:
+        """Parameters of one expert: gate, up and down projections (+ biases for gpt-oss)."""
+        inter = self.expert_intermediate_size
+        return 3 * hidden * inter + ((2 * inter + hidden) if self.expert_bias else 0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +108,16 @@ class ModelSpec:
     tie_embeddings: bool = False
     #: Qwen2-style bias on the q, k, v projections (a few hundred thousand parameters).
     qkv_bias: bool = False
+    #: Hugging Face ``model_type`` the shapes came from (``llama`` for the Llama-style default).
+    family: str = "llama"
+    #: per layer, one of `LAYER_TYPES`; None means every layer has full attention
+    layer_types: tuple[str, ...] | None = None
+    #: tokens a sliding-attention layer sees (itself included); required iff any layer slides
+    sliding_window: int | None = None
+    #: gpt-oss's learned per-head attention sinks (one logit per head: no KV, no shape change)
+    attention_sinks: bool = False
+    mla: MLAConfig | None = None
+    moe: MoEConfig | None = None
 
     def __post_init__(self) -> None:
         for f in ("num_layers", "hidden_size", "num_heads", "num_kv_heads"):
@@ -81,6 +141,29 @@ class ModelSpec:
             Precision(self.weights, self.kv_cache_dtype)
         except ValueError as e:
             raise ValueError(f"{self.name}: {e}") from None
+        self._check_architecture()
+
+    def _check_architecture(self) -> None:
+        """Layer types, window and MoE fields agree with each other and the layer count."""
+        types = self.layer_types
+        if types is not None:
+            if len(types) != self.num_layers or not set(types) <= set(LAYER_TYPES):
+                raise ValueError(
+                    f"{self.name}: layer_types must list {self.num_layers} of {LAYER_TYPES}"
+                )
+        sliding = types is not None and "sliding_attention" in types
+        if sliding != (self.sliding_window is not None):
+            raise ValueError(f"{self.name}: sliding_window is required iff a layer slides")
+        if self.sliding_window is not None:
+            _require_pos_int(self, "sliding_window")
+        if self.mla is not None and sliding:
+            raise ValueError(f"{self.name}: MLA with sliding layers is not modelled")
+        moe = self.moe
+        if moe is not None and not (
+            0 < moe.top_k <= moe.num_experts and 0 <= moe.first_dense_layers < self.num_layers
+        ):
+            raise ValueError(f"{self.name}: MoE needs 0 < top_k <= num_experts and "
+                             "first_dense_layers < num_layers")  # fmt: skip
 
     @property
     def precision(self) -> Precision:
@@ -100,18 +183,56 @@ class ModelSpec:
         return self.num_kv_heads * self.head_dim
 
     @property
+    def attn_linear_params_per_layer(self) -> int:
+        """Attention projection weights of one layer (matmuls only: no biases, no norms)."""
+        h, mla = self.hidden_size, self.mla
+        if mla is None:
+            return h * (2 * self.q_size + 2 * self.kv_size)
+        qk = self.num_heads * (mla.qk_nope_head_dim + mla.qk_rope_head_dim)
+        q = h * qk if mla.q_lora_rank is None else mla.q_lora_rank * (h + qk)
+        kv_a = h * mla.cache_width
+        kv_b = mla.kv_lora_rank * self.num_heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+        return q + kv_a + kv_b + self.num_heads * mla.v_head_dim * h
+
+    @property
     def attn_params_per_layer(self) -> int:
-        """q, k, v, o projection weights (plus q/k/v bias when ``qkv_bias``)."""
-        h = self.hidden_size
-        params = h * self.q_size + 2 * h * self.kv_size + self.q_size * h
+        """Attention projections plus their biases (``qkv_bias``), MLA's latent norms and
+        gpt-oss's per-head sinks."""
+        params = self.attn_linear_params_per_layer
         if self.qkv_bias:
             params += self.q_size + 2 * self.kv_size
+        if self.mla is not None:
+            params += self.mla.kv_lora_rank + (self.mla.q_lora_rank or 0)
+        if self.attention_sinks:
+            params += self.num_heads
         return params
 
     @property
     def mlp_params_per_layer(self) -> int:
-        """SwiGLU gate, up and down projections."""
+        """SwiGLU gate, up and down projections of a dense layer."""
         return 3 * self.hidden_size * self.intermediate_size
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Layers whose MLP is a mixture of experts (0 for a dense model)."""
+        return 0 if self.moe is None else self.num_layers - self.moe.first_dense_layers
+
+    def moe_params_per_layer(self, active: bool = False) -> int:
+        """Expert weights of one MoE layer: all routed experts (or the ``top_k`` a token uses
+        when ``active``) plus the shared ones; the router is counted apart (`router_params`)."""
+        moe = self.moe
+        if moe is None:
+            return 0
+        routed = moe.top_k if active else moe.num_experts
+        return (routed + moe.num_shared_experts) * moe.expert_params(self.hidden_size)
+
+    @property
+    def router_params(self) -> int:
+        """Router (gate) weights of one MoE layer (plus gpt-oss's router bias)."""
+        moe = self.moe
+        if moe is None:
+            return 0
+        return moe.num_experts * (self.hidden_size + (1 if moe.expert_bias else 0))
 
     @property
     def norm_params_per_layer(self) -> int:
@@ -127,30 +248,86 @@ class ModelSpec:
         """Output projection; 0 extra parameters when tied to the embedding."""
         return 0 if self.tie_embeddings else self.vocab_size * self.hidden_size
 
+    def _mlp_params(self, active: bool) -> int:
+        """MLP weights of all layers: dense layers, MoE layers (experts and routers)."""
+        dense = self.num_layers - self.num_moe_layers
+        moe = self.moe_params_per_layer(active) + self.router_params
+        return dense * self.mlp_params_per_layer + self.num_moe_layers * moe
+
     @property
     def num_params(self) -> int:
-        """Total parameters: embedding + layers (attention, MLP, norms) + final norm + lm_head."""
-        per_layer = (
-            self.attn_params_per_layer + self.mlp_params_per_layer + self.norm_params_per_layer
-        )
+        """Total parameters: embedding + layers (attention, MLP or experts, norms) + final norm
+        + lm_head."""
+        per_layer = self.attn_params_per_layer + self.norm_params_per_layer
         return (
             self.embedding_params
             + self.num_layers * per_layer
+            + self._mlp_params(active=False)
             + self.hidden_size  # final norm
             + self.lm_head_params
         )
 
     @property
-    def num_linear_params(self) -> int:
-        """Matmul weights every computed token goes through: the layers' projections.
+    def num_active_params(self) -> int:
+        """Parameters one token goes through: as `num_params` with only ``top_k`` routed
+        experts per MoE layer (equal to `num_params` for a dense model)."""
+        return self.num_params - self._mlp_params(False) + self._mlp_params(True)
 
-        Excludes the embedding (a gather, not a matmul), norms and biases (elementwise) and the
-        LM head, which in serving runs only for tokens that sample. Weight formats quantize
-        exactly these (`simulator.served.ShardedModel.weight_bytes`).
+    @property
+    def num_linear_params(self) -> int:
+        """Matmul weights of the layers' projections, every expert included.
+
+        Excludes the embedding (a gather, not a matmul), norms and biases (elementwise), MoE
+        routers (kept bf16 by vLLM) and the LM head, which in serving runs only for tokens that
+        sample. Weight formats quantize exactly these (`simulator.served.ShardedModel`).
         """
-        return self.num_layers * (
-            self.hidden_size * (2 * self.q_size + 2 * self.kv_size) + self.mlp_params_per_layer
+        dense = self.num_layers - self.num_moe_layers
+        return (
+            self.num_layers * self.attn_linear_params_per_layer
+            + dense * self.mlp_params_per_layer
+            + self.num_moe_layers * self._expert_linear_params(active=False)
         )
+
+    def _expert_linear_params(self, active: bool) -> int:
+        moe = self.moe
+        if moe is None:
+            return 0
+        routed = moe.top_k if active else moe.num_experts
+        return (
+            (routed + moe.num_shared_experts)
+            * 3
+            * self.hidden_size
+            * (moe.expert_intermediate_size)
+        )
+
+    @property
+    def num_active_linear_params(self) -> int:
+        """`num_linear_params` counting only the ``top_k`` routed experts a token uses."""
+        if self.moe is None:
+            return self.num_linear_params
+        return self.num_linear_params - self.num_moe_layers * (
+            self._expert_linear_params(False) - self._expert_linear_params(True)
+        )
+
+    @property
+    def num_full_layers(self) -> int:
+        """Layers with full attention (all of them unless `layer_types` says otherwise)."""
+        if self.layer_types is None:
+            return self.num_layers
+        return self.layer_types.count("full_attention")
+
+    def resolved(self) -> dict:
+        """The spec as a plain dict for resolved configs; architecture fields at their dense
+        defaults are left out, so a Llama-style model resolves exactly as before they existed."""
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in _ARCH_FIELDS and value == f.default:
+                continue
+            if isinstance(value, (MLAConfig, MoEConfig)):
+                value = {g.name: getattr(value, g.name) for g in fields(value)}
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
 
     # ---- sharding ---------------------------------------------------------------------------
 
@@ -189,6 +366,16 @@ class ModelSpec:
                 key,
                 f"{self.name}: intermediate_size {self.intermediate_size} is not divisible by {tp}",
             )
+        if self.moe is not None and self.moe.expert_intermediate_size % tp:
+            raise ConfigError(
+                where, key, f"{self.name}: expert intermediate size "
+                f"{self.moe.expert_intermediate_size} is not divisible by {tp}",
+            )  # fmt: skip
+
+
+#: ModelSpec fields that describe non-Llama architectures (left out of `ModelSpec.resolved`
+#: when at their defaults)
+_ARCH_FIELDS = ("family", "layer_types", "sliding_window", "attention_sinks", "mla", "moe")
 
 
 def _require_pos_int(spec: ModelSpec, name: str) -> None:
@@ -303,6 +490,21 @@ MODEL_ALIASES: dict[str, str] = {
 }
 
 
+def _add_hf_catalog() -> None:
+    """Add the shipped config.json literals (`simulator.hf_catalog`) to the catalog, through
+    the same reader as a user's config.json. Imported here, after `ModelSpec` exists, because
+    the reader builds ModelSpecs (literals only: no file is read)."""
+    from simulator.hf_catalog import HF_CONFIGS
+    from simulator.hf_models import spec_from_hf_config
+
+    for name, (repo, cfg) in HF_CONFIGS.items():
+        MODELS[name] = spec_from_hf_config(cfg, f"simulator/hf_catalog.py:{name}", name)
+        MODEL_ALIASES[repo.lower()] = name
+
+
+_add_hf_catalog()
+
+
 def lookup_catalog(
     value: str,
     catalog: Mapping[str, Any],
@@ -343,6 +545,8 @@ def load_model(value: Any, where: str, key: str) -> ModelSpec:
     for old, new in RETIRED_PRECISION_KEYS.items():
         if sec.has(old):
             raise sec.error(old, f"precision is named now: use {new}")
+    if sec.has("config"):
+        return _load_config_file(sec, where)
     base_name = sec.str("base", None)
     base = None
     if base_name is not None:
@@ -381,21 +585,49 @@ def load_model(value: Any, where: str, key: str) -> ModelSpec:
     tie = sec.bool("tie_embeddings", dflt("tie_embeddings", False))
     qkv_bias = sec.bool("qkv_bias", dflt("qkv_bias", False))
     sec.done()
-    return ModelSpec(
-        name=name,
-        num_layers=num_layers,
-        hidden_size=hidden,
-        num_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=head_dim,
-        intermediate_size=intermediate,
-        vocab_size=vocab,
-        weights=weights,
-        kv_cache_dtype=kv_dtype,
-        max_model_len=max_len,
-        tie_embeddings=tie,
-        qkv_bias=qkv_bias,
-    )
+    # the base's architecture (experts, MLA, layer types) comes along: never a silent dense model
+    arch = {f: getattr(base, f) for f in _ARCH_FIELDS} if base is not None else {}
+    try:
+        return ModelSpec(
+            name=name,
+            num_layers=num_layers,
+            hidden_size=hidden,
+            num_heads=heads,
+            num_kv_heads=kv_heads,
+            head_dim=head_dim,
+            intermediate_size=intermediate,
+            vocab_size=vocab,
+            weights=weights,
+            kv_cache_dtype=kv_dtype,
+            max_model_len=max_len,
+            tie_embeddings=tie,
+            qkv_bias=qkv_bias,
+            **arch,
+        )
+    except ValueError as e:
+        raise ConfigError(where, key, f"{e} (overriding shapes of {base_name})") from None
+
+
+def _load_config_file(sec: Section, where: str) -> ModelSpec:
+    """``{config: path/to/config.json, name?, max_model_len?, weights?, kv_cache_dtype?}``: a
+    Hugging Face config.json (relative to the experiment file's folder), with the serving
+    choices beside it. Shape fields cannot be overridden here (edit the file)."""
+    from simulator.hf_models import load_hf_config_file
+
+    path = Path(sec.str("config"))
+    if not path.is_absolute() and Path(where).is_file():
+        path = Path(where).parent / path
+    if sec.has("base"):
+        raise sec.error("base", "give either base or config, not both")
+    over = {
+        "name": sec.str("name", None),
+        "max_model_len": sec.int("max_model_len", None, min=1),
+        "weights": sec.str("weights", None, choices=list(WEIGHT_FORMATS)),
+        "kv_cache_dtype": sec.str("kv_cache_dtype", None, choices=KV_CACHE_DTYPES),
+    }
+    sec.done()
+    return load_hf_config_file(path, where, sec.key("config"),
+                               **{k: v for k, v in over.items() if v is not None})  # fmt: skip
 
 
 __all__ = [

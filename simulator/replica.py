@@ -66,7 +66,9 @@ class Replica:
         self.waiting: deque[Request] = deque()
         #: admitted requests in admission order (dict: O(1) removal, ordered iteration)
         self.running: dict[int, Request] = {}
-        self.decoding = DecodeSet()
+        #: keys-read features for models with sliding layers (None: plain context sums)
+        self._reads = getattr(kv, "reads", None)
+        self.decoding = DecodeSet(None if self._reads is None else self._reads.window)
         self.arrivals_done = False
         self.num_preemptions = 0
         self.num_finished = 0
@@ -202,6 +204,8 @@ class Replica:
 
     # -- features and commit ----------------------------------------------------------------------
     def _features(self, plan: StepPlan) -> tuple:
+        if self._reads is not None:
+            return self._features_read(plan)
         pt = ps = ds = dctx = dmax = 0
         pa = 0.0
         v = plan.verify
@@ -226,6 +230,35 @@ class Replica:
             m = self.decoding.decode_max()
             if m > dmax:
                 dmax = m
+        return (pt, pa, ps, ds, dctx, dmax)
+
+    def _features_read(self, plan: StepPlan) -> tuple:
+        """`_features` for a model with sliding layers: ``prefill_attn`` and ``decode_ctx``
+        count the (query, key) pairs actually read, per layer averaged over the layers
+        (`WindowedReads`); ``decode_max`` stays the longest context."""
+        reads = self._reads
+        pt = ps = ds = dmax = 0
+        pa = dctx = 0.0
+        v = plan.verify
+        for req, n in plan.chunks:
+            c = req._num_computed
+            if v and c > 0 and req.num_tokens - c == 1:
+                pt += 1 + v
+                pa += reads.prefill_pairs(c, 1 + v)
+                ps += 1
+            elif n == 1 and c > 0:
+                ds += 1
+                dctx += reads.one(c + 1)
+                dmax = max(dmax, c + 1)
+            else:
+                pt += n
+                pa += reads.prefill_pairs(c, n)
+                ps += 1
+        d = self.decoding
+        if plan.decode and len(d):
+            ds += len(d)
+            dctx += reads.decode(d.decode_ctx(), d.decode_excess())
+            dmax = max(dmax, d.decode_max())
         return (pt, pa, ps, ds, dctx, dmax)
 
     def _commit(self, plan: StepPlan, start: float, dt: float, feats: tuple) -> None:
@@ -256,10 +289,10 @@ class Replica:
         grow_due, extend, advance = d.grow_due, kv.extend, self._advance_decode
         group, grouped, unit = self._extend_group, d.grow_due_grouped, kv.block_size
         for i in range(self._run_next, stop):
-            start, dt, ctx = run[i]
+            start, dt, ctx, kv_tokens = run[i]
             self.busy_s += dt
             log((start, dt, 0, 0.0, 0, len(members), ctx, kv.num_used_blocks, len(waiting),
-                 len(running), ctx))  # fmt: skip
+                 len(running), kv_tokens))  # fmt: skip
             advance(start + dt)
             if i < last:
                 due = grouped(group, unit) if group is not None else None
@@ -351,16 +384,45 @@ class Replica:
         longest = d.decode_max()
         t = start
         run = []
+        if self._reads is not None:
+            self._plan_read_run(run, t, k, horizon)
+        else:
+            for _ in range(max(k, 1)):
+                dt = step_time(0, 0.0, 0, n, ctx, longest)
+                run.append((t, dt, ctx, ctx))
+                t += dt
+                ctx += n
+                longest += 1
+                if t >= horizon:
+                    break
+        self._run = run
+        self._run_next = 0
+
+    def _plan_read_run(self, run: list, t: float, k: int, horizon: float) -> None:
+        """`_plan_decode_run`'s loop for a model with sliding layers: the run also ends before
+        another member's context passes the window, so the keys read grow by a fixed amount a
+        sub-step (``n`` on full layers, the members within the window on sliding ones). With
+        requests waiting it is one step: KV growth frees the window's blocks, which may admit
+        one, so the policy must see every step (full attention frees nothing mid-run)."""
+        d, reads, step_time = self.decoding, self._reads, self.executor.step_time
+        n = len(d)
+        nxt = d.next_excess_clock()
+        if nxt is not None:
+            k = min(k, nxt - d.clock)
+        if self.waiting:
+            k = 1
+        ctx, excess, over = d.decode_ctx(), d.decode_excess(), len(d._sat)
+        longest = d.decode_max()
         for _ in range(max(k, 1)):
-            dt = step_time(0, 0.0, 0, n, ctx, longest)
-            run.append((t, dt, ctx))
+            read = reads.decode(ctx, excess)
+            dt = step_time(0, 0.0, 0, n, read, longest)
+            run.append((t, dt, read, ctx))
             t += dt
             ctx += n
+            excess += over
             longest += 1
             if t >= horizon:
                 break
-        self._run = run
-        self._run_next = 0
 
     def _cut_run(self) -> None:
         """Drop precomputed sub-steps after the one in progress (the state is about to change)."""

@@ -142,7 +142,8 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
     workload = build_workload(
         top.section("workload"), np.random.default_rng(wl_seed), Path(base_dir)
     )
-    _check_fits(workload, max_model_len, num_blocks * block_size, on_oversize, where)
+    rows = num_blocks // ShardedModel(model, tp).kv_pool(block_size).blocks_per_row
+    _check_fits(workload, max_model_len, rows * block_size, on_oversize, where)
 
     slo_sec = top.section("slo", {})
     slo = {
@@ -178,7 +179,7 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
     resolved = {
         "name": name,
         "seed": seed,
-        "model": dataclasses.asdict(model),
+        "model": model.resolved(),
         "hardware": {"gpu": gpu_record(gpu), "tp": tp, "price_per_gpu_hour": price},
         "scheduler": main.resolved_scheduler,
         "kv_cache": {

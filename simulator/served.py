@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simulator.models import ModelSpec
 from simulator.precision import ACT_DTYPE, DTYPE_BYTES, WEIGHT_FORMATS
@@ -39,7 +39,7 @@ KV_TENSORS = 2
 LOGIT_BYTES = 4
 
 #: Op kinds. ``sampling`` and ``collective`` ops are timed apart from the layers' ops.
-OP_KINDS = ("gemm", "attention", "elementwise", "sampling", "collective")
+OP_KINDS = ("gemm", "moe", "attention", "elementwise", "sampling", "collective")
 #: How often an op runs: ``count`` times per layer, per step, or per sampling sequence.
 OP_SCOPES = ("layer", "step", "sample")
 
@@ -69,6 +69,12 @@ class Op:
     flops_per_token: float = 0.0
     act_bytes_per_token: float = 0.0
     kv_bytes_per_key: float = 0.0
+    #: layers the op runs in (0: every layer); MoE models mix dense and expert layers
+    layers: int = 0
+    #: kind ``moe`` (a grouped GEMM over routed experts): experts on this GPU and experts per
+    #: token; ``weight_bytes`` then counts every expert, ``flops_per_token`` the ``top_k`` used
+    experts: int = 0
+    top_k: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in OP_KINDS or self.scope not in OP_SCOPES:
@@ -80,7 +86,18 @@ class KVSpec:
     """KV layout of a group of layers that share one page (block) format (vLLM's KVCacheSpec).
 
     ``page_size_bytes`` is one block of one layer; the group holds ``num_layers`` such pages per
-    block. Subclasses (sliding window, MLA) change how a page is laid out, not this contract.
+    block. Subclasses (sliding window, MLA) change how a page is laid out and which blocks a
+    request must hold and read, never this contract. Consumers ask the spec, they do not test
+    its type:
+
+    * ``max_blocks_needed(num_tokens)``: the most blocks (per layer) a request of ``num_tokens``
+      tokens holds at once in the worst case (its whole sequence computed in one chunk);
+    * ``blocks_freeable(num_computed)``: leading blocks no query at or after position
+      ``num_computed`` reads, so they can be returned (0 for full attention);
+    * ``tokens_read(context_len)``: keys one query with ``context_len`` tokens of context reads.
+
+    Invariants: ``blocks_freeable(n) <= n // block_size``; ``tokens_read(c) <= c``; both are
+    non-decreasing.
     """
 
     block_size: int
@@ -90,6 +107,15 @@ class KVSpec:
     @property
     def page_size_bytes(self) -> float:
         raise NotImplementedError
+
+    def max_blocks_needed(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def blocks_freeable(self, num_computed: int) -> int:
+        return 0
+
+    def tokens_read(self, context_len: int) -> int:
+        return context_len
 
     @property
     def bytes_per_block(self) -> float:
@@ -124,6 +150,104 @@ class FullAttentionSpec(KVSpec):
             * self.head_size
             * DTYPE_BYTES[self.dtype]
         )
+
+
+@dataclass(frozen=True)
+class SlidingWindowSpec(FullAttentionSpec):
+    """Sliding-window attention: a query at position ``p`` reads keys ``p - window + 1 .. p``.
+
+    As vLLM's ``SlidingWindowManager``: before computing from position ``num_computed``, the
+    blocks wholly before ``num_computed - window + 1`` are freed and never read again. A chunk
+    still holds every block it computes (its first query reads back ``window - 1`` tokens).
+    """
+
+    sliding_window: int = 0
+
+    def blocks_freeable(self, num_computed: int) -> int:
+        skipped = num_computed - self.sliding_window + 1
+        return skipped // self.block_size if skipped > 0 else 0
+
+    def tokens_read(self, context_len: int) -> int:
+        return min(context_len, self.sliding_window)
+
+
+@dataclass(frozen=True)
+class MLAAttentionSpec(KVSpec):
+    """Multi-head latent attention (DeepSeek): one cached vector of ``cache_width`` elements
+    (``kv_lora_rank + qk_rope_head_dim``) per token and layer, shared by every head, so one
+    "head" and no K/V pair. vLLM does not split it over TP: every rank of a TP group holds the
+    whole latent cache (it is replicated), so KV bytes per GPU do not shrink with tp."""
+
+    cache_width: int
+
+    @property
+    def page_size_bytes(self) -> float:
+        return self.block_size * self.cache_width * DTYPE_BYTES[self.dtype]
+
+
+@dataclass(frozen=True)
+class KVPool:
+    """How the layer groups share one block pool (after vLLM's hybrid KV cache manager).
+
+    A pool block is one page for ``unit_layers`` layers (the greatest common divisor of the
+    groups' layer counts; vLLM instead pads groups to equal size); a group of ``n`` layers takes
+    ``n / unit_layers`` pool blocks per ``block_size`` tokens (``groups``: (spec, that
+    multiple)). With one group (every dense or MLA model) a pool block is the whole model's
+    block, as before groups existed.
+    """
+
+    groups: tuple[tuple[KVSpec, int], ...]
+    unit_bytes: float
+
+    @property
+    def blocks_per_row(self) -> int:
+        """Pool blocks ``block_size`` tokens take when no block has been freed."""
+        return sum(m for _, m in self.groups)
+
+    @property
+    def frees_blocks(self) -> bool:
+        """Whether any group returns blocks as a request advances (sliding windows)."""
+        return any(s.blocks_freeable(1 << 62) for s, _ in self.groups)
+
+    def max_blocks_needed(self, num_tokens: int) -> int:
+        return sum(m * s.max_blocks_needed(num_tokens) for s, m in self.groups)
+
+
+class WindowedReads:
+    """The attention features of a model with sliding layers: keys actually read.
+
+    A step's ``decode_ctx`` and ``prefill_attn`` count (query, key) pairs per layer averaged
+    over the layers (``full_fraction`` of them read every key; the rest at most ``window``), so
+    the latency models' KV-read and attention terms, which multiply them by the layer count,
+    charge exactly the keys read. Pure full attention needs none of this (no object).
+    """
+
+    __slots__ = ("window", "full_fraction", "slide_fraction")
+
+    def __init__(self, window: int, full_fraction: float):
+        self.window = window
+        self.full_fraction = full_fraction
+        self.slide_fraction = 1.0 - full_fraction
+
+    def one(self, context_len: int) -> float:
+        """Keys per layer one query with ``context_len`` tokens of context reads."""
+        w = self.window
+        return self.full_fraction * context_len + self.slide_fraction * min(context_len, w)
+
+    def decode(self, ctx_sum: int, excess: int) -> float:
+        """A decode batch whose contexts sum to ``ctx_sum`` and exceed the window by ``excess``
+        in total (sum of ``max(0, c - window)``)."""
+        return ctx_sum - self.slide_fraction * excess
+
+    def prefill_pairs(self, computed: int, n: int) -> float:
+        """Pairs per layer of a chunk of ``n`` queries after ``computed`` tokens: query ``q``
+        (0-based position) reads ``q + 1`` keys, or at most ``window`` on sliding layers."""
+        full = n * (computed + (n + 1) / 2)
+        w = self.window
+        lo, hi = computed + 1, computed + n  # contexts of the chunk's queries
+        below = max(0, min(hi, w) - lo + 1)  # queries whose context fits the window
+        capped = below * (lo + lo + below - 1) / 2 + (n - below) * w
+        return self.full_fraction * full + self.slide_fraction * capped
 
 
 class ShardedModel:
@@ -161,10 +285,18 @@ class ShardedModel:
         )  # fmt: skip
 
     def _layer_ops(self) -> list[Op]:
+        h, act = self.hidden, DTYPE_BYTES[ACT_DTYPE]
+        attn = self._attention_ops() if self.spec.mla is None else self._mla_ops()
+        ops = attn + self._mlp_ops()
+        if self.tp > 1:
+            ops.append(Op("allreduce", "collective", "layer", 2, (h,), act_bytes_per_token=h * act))
+        return ops
+
+    def _attention_ops(self) -> list[Op]:
         h, d, act = self.hidden, self.head_dim, DTYPE_BYTES[ACT_DTYPE]
-        q, kv, inter = self.heads * d, self.kv_heads * d, self.inter
+        q, kv = self.heads * d, self.kv_heads * d
         kv_b = DTYPE_BYTES[self.kv_cache_dtype]
-        ops = [
+        return [
             # two fused residual-add + RMSNorm: read x and residual, write both
             Op("rmsnorm", "elementwise", "layer", 2, (h,), act_bytes_per_token=4 * h * act),
             self._gemm("qkv", q + KV_TENSORS * kv, h),
@@ -179,15 +311,79 @@ class ShardedModel:
                flops_per_token=2 * FLOPS_PER_MAC * self.heads * d,
                act_bytes_per_token=2 * q * act, kv_bytes_per_key=KV_TENSORS * kv * kv_b),
             self._gemm("o", h, q),
-            self._gemm("gate_up", 2 * inter, h),
-            # SiLU-and-mul: read gate and up, write the product
-            Op("silu_mul", "elementwise", "layer", 1, (inter,),
-               act_bytes_per_token=3 * inter * act),
-            self._gemm("down", h, inter),
         ]  # fmt: skip
-        if self.tp > 1:
-            ops.append(Op("allreduce", "collective", "layer", 2, (h,), act_bytes_per_token=h * act))
+
+    def _mla_ops(self) -> list[Op]:
+        """MLA as vLLM decodes it (weights absorbed): queries attend to the cached latent.
+
+        The latent projection ``kv_a`` (hidden -> kv_lora_rank + rope) is replicated on every TP
+        rank; ``kv_b`` stands for the per-token up-projections absorbed into the query and the
+        output (same FLOPs and weights). Attention per (query, key) pair and head: QK over the
+        latent + rope, PV over the latent. Prefill's decompression of the context's latents
+        (vLLM's non-absorbed path) is not modelled: prefill FLOPs are a lower bound."""
+        h, act, mla = self.hidden, DTYPE_BYTES[ACT_DTYPE], self.spec.mla
+        kv_b, width, heads = DTYPE_BYTES[self.kv_cache_dtype], mla.cache_width, self.heads
+        qk = heads * (mla.qk_nope_head_dim + mla.qk_rope_head_dim)
+        q = (
+            [self._gemm("q", qk, h)]
+            if mla.q_lora_rank is None
+            else [self._gemm("q_a", mla.q_lora_rank, h), self._gemm("q_b", qk, mla.q_lora_rank)]
+        )
+        return [
+            Op("rmsnorm", "elementwise", "layer", 2, (h,), act_bytes_per_token=4 * h * act),
+            *q,
+            self._gemm("kv_a", width, h),
+            self._gemm("kv_b", heads * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank),
+            Op("rotary", "elementwise", "layer", 1, (qk,), act_bytes_per_token=2 * qk * act),
+            Op("kv_write", "elementwise", "layer", 1, (width,), out_dtype=self.kv_cache_dtype,
+               act_bytes_per_token=width * (act + kv_b)),
+            Op("attention", "attention", "layer", 1, (heads, 1, width),
+               flops_per_token=FLOPS_PER_MAC * heads * (width + mla.kv_lora_rank),
+               act_bytes_per_token=2 * heads * mla.kv_lora_rank * act,
+               kv_bytes_per_key=width * kv_b),
+            self._gemm("o", h, heads * mla.v_head_dim),
+        ]  # fmt: skip
+
+    def _mlp_ops(self) -> list[Op]:
+        """Dense SwiGLU MLP; for a MoE model, the dense layers' MLP, the router, the routed
+        experts (kind ``moe``, expert width split over TP as vLLM does without expert
+        parallelism) and the shared experts, each on the layers it runs in."""
+        h, spec = self.hidden, self.spec
+        dense_layers = spec.num_layers - spec.num_moe_layers
+        ops = []
+        if dense_layers:
+            only = 0 if spec.moe is None else dense_layers
+            ops += self._swiglu("", self.inter, only)
+        if spec.moe is not None:
+            moe, n = spec.moe, spec.num_moe_layers
+            ie = moe.expert_intermediate_size // self.tp
+            ops.append(replace(self._gemm("router", moe.num_experts, h, quantized=False),
+                               layers=n))  # fmt: skip
+            for op in self._swiglu("experts_", ie, n):
+                ops.append(self._routed(op, moe.num_experts, moe.top_k) if op.kind == "gemm"
+                           else replace(op, count=moe.top_k))  # fmt: skip
+            if moe.num_shared_experts:
+                ops += self._swiglu("shared_", ie * moe.num_shared_experts, n)
         return ops
+
+    def _swiglu(self, prefix: str, inter: int, layers: int) -> list[Op]:
+        act = DTYPE_BYTES[ACT_DTYPE]
+        return [
+            replace(self._gemm(prefix + "gate_up", 2 * inter, self.hidden), layers=layers),
+            # SiLU-and-mul: read gate and up, write the product
+            Op(prefix + "silu_mul", "elementwise", "layer", 1, (inter,),
+               act_bytes_per_token=3 * inter * act, layers=layers),
+            replace(self._gemm(prefix + "down", self.hidden, inter), layers=layers),
+        ]  # fmt: skip
+
+    @staticmethod
+    def _routed(op: Op, experts: int, top_k: int) -> Op:
+        """A GEMM made a grouped GEMM over ``experts`` (each token through ``top_k``)."""
+        return replace(
+            op, kind="moe", experts=experts, top_k=top_k, weight_params=op.weight_params * experts,
+            weight_bytes=op.weight_bytes * experts, flops_per_token=op.flops_per_token * top_k,
+            act_bytes_per_token=op.act_bytes_per_token * top_k,
+        )  # fmt: skip
 
     def _step_ops(self) -> list[Op]:
         h, act = self.hidden, DTYPE_BYTES[ACT_DTYPE]
@@ -227,6 +423,7 @@ class ShardedModel:
         text = ";".join(
             f"{o.name},{o.kind},{o.scope},{o.count},{'x'.join(map(str, o.shape))},"
             f"{o.in_dtype},{o.out_dtype},{o.weight_dtype}"
+            + (f",L{o.layers},E{o.experts},k{o.top_k}" if o.layers or o.experts else "")
             for o in self.ops
         )
         return hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -247,26 +444,50 @@ class ShardedModel:
         return self.weight_bytes / self.tp
 
     def kv_specs(self, block_size: int) -> list[KVSpec]:
-        """The KV layout per GPU: one spec per group of layers sharing a page format."""
-        return [
-            FullAttentionSpec(
-                block_size=block_size,
-                num_layers=self.layers,
-                dtype=self.kv_cache_dtype,
-                num_kv_heads=self.kv_heads,
-                head_size=self.head_dim,
-            )
-        ]
+        """The KV layout per GPU: one spec per group of layers sharing a page format (full
+        attention, sliding window, MLA latent), full-attention group first."""
+        spec, dtype = self.spec, self.kv_cache_dtype
+        if spec.mla is not None:
+            return [MLAAttentionSpec(block_size, self.layers, dtype, spec.mla.cache_width)]
+        full = spec.num_full_layers
+        specs: list[KVSpec] = []
+        if full:
+            specs.append(FullAttentionSpec(block_size, full, dtype, self.kv_heads, self.head_dim))
+        if full < self.layers:
+            specs.append(SlidingWindowSpec(block_size, self.layers - full, dtype, self.kv_heads,
+                                           self.head_dim, spec.sliding_window))  # fmt: skip
+        return specs
+
+    def kv_pool(self, block_size: int) -> KVPool:
+        """The groups' shared block pool (`KVPool`): what one pool block is and how many each
+        group takes per ``block_size`` tokens."""
+        specs = self.kv_specs(block_size)
+        unit = math.gcd(*(s.num_layers for s in specs))
+        groups = tuple((s, s.num_layers // unit) for s in specs)
+        return KVPool(groups, specs[0].page_size_bytes * unit if len(specs) > 1
+                      else specs[0].bytes_per_block)  # fmt: skip
+
+    def kv_reads(self) -> WindowedReads | None:
+        """The keys-read features for a model with sliding layers (None: every layer reads
+        every key, and the features are the plain context sums)."""
+        spec = self.spec
+        if spec.sliding_window is None:
+            return None
+        return WindowedReads(spec.sliding_window, spec.num_full_layers / spec.num_layers)
 
     @property
     def kv_bytes_per_token_per_gpu(self) -> float:
-        """KV-cache bytes one token occupies on each GPU of the group."""
+        """KV-cache bytes one token occupies on each GPU of the group (every layer holding it;
+        sliding layers hold only the window's tokens, see `kv_pool`)."""
         return sum(s.bytes_per_token for s in self.kv_specs(1))
 
     @property
     def kv_bytes_per_token(self) -> float:
         """KV-cache bytes one token occupies over the whole group, replicated heads counted once
-        (what a P/D transfer of the whole model's KV or MBU counts)."""
+        (what a P/D transfer of the whole model's KV or MBU counts). MLA's latent is one copy
+        replicated on every rank: counted once."""
+        if self.spec.mla is not None:
+            return self.kv_bytes_per_token_per_gpu
         return self.kv_bytes_per_token_per_gpu * self.spec.num_kv_heads / self.kv_heads
 
     def kv_bytes_per_block_per_gpu(self, block_size: int) -> float:
@@ -275,10 +496,35 @@ class ShardedModel:
 
     # ---- work of a step ----------------------------------------------------------------------
 
+    def layers_of(self, op: Op) -> int:
+        """Layers ``op`` runs in (every layer unless the op says otherwise)."""
+        return op.layers or self.layers
+
+    @property
+    def uniform_layers(self) -> bool:
+        """Every layer runs the same four GEMMs and no experts (dense Llama-style and sliding
+        models): the roofline's unrolled fast path applies."""
+        return len(self.layer_gemms()) == 4 and not any(o.layers or o.experts for o in self.ops)
+
     @property
     def linear_flops_per_token(self) -> float:
-        """FLOPs of the layers' GEMMs for one computed token (one GPU)."""
-        return self.layers * sum(o.count * o.flops_per_token for o in self.layer_gemms())
+        """FLOPs of the layers' GEMMs for one computed token (one GPU), routed experts counted
+        for the ``top_k`` a token uses."""
+        if self.uniform_layers:
+            return self.layers * sum(o.count * o.flops_per_token for o in self.layer_gemms())
+        return sum(
+            self.layers_of(o) * o.count * o.flops_per_token
+            for o in self.ops
+            if o.kind in ("gemm", "moe") and o.scope == "layer"
+        )
+
+    @property
+    def active_weight_bytes(self) -> float:
+        """`weight_bytes` counting only the ``top_k`` routed experts one token uses (equal to
+        it for a dense model): the fewest weight bytes a step reads."""
+        spec, fmt = self.spec, self.weight_format
+        other = spec.num_active_params - spec.num_active_linear_params
+        return spec.num_active_linear_params * fmt.bytes_per_param + other * DTYPE_BYTES[ACT_DTYPE]
 
     @property
     def attn_flops_per_pair(self) -> float:
@@ -301,13 +547,39 @@ class ShardedModel:
     def step_min_bytes(self, steps: float, kv_tokens: float) -> float:
         """The fewest HBM bytes of ``steps`` steps over the whole group: the weights once per
         step plus ``kv_tokens`` tokens of KV read or written (MBU's numerator)."""
-        return self.weight_bytes * steps + self.kv_bytes_per_token * kv_tokens
+        return self.active_weight_bytes * steps + self.kv_bytes_per_token * kv_tokens
+
+
+def expected_experts_touched(num_experts: int, top_k: int, tokens: float, skew: float = 0.0):
+    """Expected distinct experts ``tokens`` tokens route to, each to ``top_k`` of
+    ``num_experts``: the experts whose weights a step must read.
+
+    Expert ``i`` (1-based popularity rank) is chosen by a token with probability
+    ``p_i = min(1, top_k x w_i / sum(w))``, ``w_i = i^-skew``, independently across tokens,
+    so the expectation is ``sum_i 1 - (1 - p_i)^T``. ``skew = 0`` (default) is uniform routing,
+    ``E (1 - (1 - k/E)^T)`` exactly (each token's k experts are distinct, so each expert is
+    chosen with probability k/E). The skew real routers show is not modelled by default: a
+    figure for it needs a measured source (routing traces of the model on real prompts), and
+    none is cited here. Non-decreasing in ``tokens``; at most ``num_experts``.
+    """
+    if tokens <= 0:
+        return 0.0
+    if skew == 0.0:
+        return num_experts * (1.0 - (1.0 - top_k / num_experts) ** tokens)
+    w = [i**-skew for i in range(1, num_experts + 1)]
+    total = sum(w)
+    return sum(1.0 - (1.0 - min(1.0, top_k * x / total)) ** tokens for x in w)
 
 
 __all__ = [
     "FLOPS_PER_MAC",
+    "expected_experts_touched",
     "FullAttentionSpec",
+    "KVPool",
     "KVSpec",
+    "MLAAttentionSpec",
+    "SlidingWindowSpec",
+    "WindowedReads",
     "KV_TENSORS",
     "LOGIT_BYTES",
     "Op",

@@ -105,3 +105,28 @@ def test_policy_contract_with_prefix_cache(name):
     assert problems == []
     assert all(q.status.name in ("FINISHED", "REJECTED") for q in reqs)
     assert reps[0].kv.num_used_blocks == 0 and reps[0].kv.hit_tokens > 0
+
+
+def _layered_kv():
+    """A gpt-oss-like pool (one full and one sliding group, window 20 tokens) over 64 blocks."""
+    from simulator.kv.layered import LayeredPagedAllocator
+    from simulator.served import FullAttentionSpec, KVPool, SlidingWindowSpec, WindowedReads
+
+    full = FullAttentionSpec(8, 2, "bf16", 1, 8)
+    slide = SlidingWindowSpec(8, 2, "bf16", 1, 8, sliding_window=20)
+    pool = KVPool(((full, 1), (slide, 1)), full.bytes_per_block)
+    return LayeredPagedAllocator(64, 8, pool, WindowedReads(20, 0.5))
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_policy_contract_sliding_window(name):
+    """Every policy keeps the contract over a pool whose sliding group frees blocks, and
+    decode-run coalescing changes nothing (the run also ends where a window fills)."""
+    problems, reqs, reps, a = checked_run(name, coalesce=True, make_kv=_layered_kv)
+    assert problems == []
+    assert all(q.status.name in ("FINISHED", "REJECTED") for q in reqs)
+    assert sum(q.status.name == "FINISHED" for q in reqs) > 30
+    assert reps[0].kv.num_used_blocks == 0 and not reps[0].kv._state
+    _, _, _, b = checked_run(name, coalesce=False, make_kv=_layered_kv)
+    for key in ("first_token_s", "finish_s", "generated_tokens", "preemptions"):
+        assert np.array_equal(a[key], b[key], equal_nan=True), key

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from simulator.hardware import GPUSpec, LinkSpec, default_tp_link
 from simulator.models import ModelSpec
-from simulator.served import ShardedModel
+from simulator.served import ShardedModel, expected_experts_touched
 
 #: Default fixed cost of one engine step outside GPU kernels, seconds (see module docstring).
 DEFAULT_STEP_OVERHEAD_S = 1e-3
@@ -88,6 +88,8 @@ class RooflineLatencyModel:
         "_lm_w",
         "served",
         "_gemm_peak",
+        "_general",
+        "moe_routing_skew",
     )
 
     def __init__(
@@ -100,6 +102,7 @@ class RooflineLatencyModel:
         *,
         where: str = "<config>",
         key: str = "tp",
+        moe_routing_skew: float = 0.0,
     ):
         model.check_tp(tp, where, key)
         #: why a profiled table was not used, when `latency: auto` fell back (printed, saved)
@@ -115,7 +118,13 @@ class RooflineLatencyModel:
         self.allreduce_link = allreduce_link
 
         self.served = sm = ShardedModel(model, tp)
-        self._fold_constants(sm, gpu)
+        #: router skew for the experts a step touches (`expected_experts_touched`; 0: uniform)
+        self.moe_routing_skew = float(moe_routing_skew)
+        #: layers differ (MoE, dense + expert layers, MLA): step_time sums `breakdown`
+        self._general = not sm.uniform_layers
+        self._gemm_peak = gpu.peak_flops_for(sm.weight_format.gemm_dtype)
+        if not self._general:
+            self._fold_constants(sm, gpu)
 
     def _fold_constants(self, sm: ShardedModel, gpu: GPUSpec) -> None:
         """Fold the op list into the few per-token / per-step constants `step_time` needs.
@@ -165,6 +174,10 @@ class RooflineLatencyModel:
     ) -> float:
         """Seconds one step takes (see the module docstring for what is counted). The bound
         reads every key once whatever the spread, so ``decode_max`` is not used."""
+        if self._general:
+            return self._step_time_general(
+                prefill_tokens, prefill_attn, prefill_seqs, decode_seqs, decode_ctx
+            )
         t = prefill_tokens + decode_seqs
         if t <= 0:
             return self.step_overhead_s
@@ -190,6 +203,11 @@ class RooflineLatencyModel:
             b = s * self._lm_b + self._lm_w
             total += a if a > b else b
         return total
+
+    def _step_time_general(self, *features) -> float:
+        """`step_time` of a model whose layers differ: the sum of `breakdown`'s time terms."""
+        out = self.breakdown(*features)
+        return sum(out[k] for k in _TIME_TERMS)
 
     def breakdown(
         self,
@@ -222,9 +240,12 @@ class RooflineLatencyModel:
             out["flops"] += f
             out["bytes"] += b
 
-        for g in sm.layer_gemms():
-            f = L * t * g.flops_per_token
-            b = L * (g.weight_bytes + t * g.act_bytes_per_token)
+        for g in sm.ops:
+            if g.scope != "layer" or g.kind not in ("gemm", "moe"):
+                continue
+            n_layers = sm.layers_of(g)
+            f = n_layers * t * g.count * g.flops_per_token
+            b = n_layers * g.count * (self._weight_read(g, t) + t * g.act_bytes_per_token)
             op("gemm", f, b, self._gemm_peak)
             out["gemm_compute_s"] += f / self._gemm_peak
             out["gemm_memory_s"] += b / bw
@@ -245,6 +266,14 @@ class RooflineLatencyModel:
             nbytes = t * ar.act_bytes_per_token
             out["allreduce"] = ar.count * L * (ring * nbytes / link.bandwidth + link.latency)
         return out
+
+    def _weight_read(self, op, tokens: float) -> float:
+        """Weight bytes ``op`` reads in a step of ``tokens`` tokens: all of them, or for routed
+        experts those of the distinct experts the tokens touch (`expected_experts_touched`)."""
+        if op.kind != "moe":
+            return op.weight_bytes
+        touched = expected_experts_touched(op.experts, op.top_k, tokens, self.moe_routing_skew)
+        return op.weight_bytes * touched / op.experts
 
     def describe(self) -> dict:
         """Metadata for summary.json: kind, hardware, ceilings and the optimism warning."""
@@ -277,6 +306,10 @@ class RooflineLatencyModel:
         return f"RooflineLatencyModel({self.model.name!r}, {self.gpu.name!r}, tp={self.tp})"
 
 
+#: `breakdown` keys that are seconds (they sum to `step_time`)
+_TIME_TERMS = ("gemm", "attention", "elementwise", "lm_head", "allreduce", "overhead")
+
+
 def _elementwise_bytes_per_token(sm: ShardedModel) -> float:
     """HBM bytes per computed token of the bandwidth-bound elementwise ops (layers' and the
     step's: norms, rotary, SiLU-and-mul, KV-cache write, embedding gather, final norm)."""
@@ -284,7 +317,7 @@ def _elementwise_bytes_per_token(sm: ShardedModel) -> float:
     for o in sm.ops:
         if o.kind == "elementwise":
             per = o.count * o.act_bytes_per_token
-            total += sm.layers * per if o.scope == "layer" else per
+            total += sm.layers_of(o) * per if o.scope == "layer" else per
     return total
 
 

@@ -1,0 +1,260 @@
+"""Models served today beyond Llama-style dense GQA: config.json loading (issue 15, item 1).
+
+Parameter counts are checked against the totals the model cards publish, which checks the
+shipped config.json literals and the counting together.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from simulator.errors import ConfigError
+from simulator.hf_catalog import HF_CONFIGS
+from simulator.models import MODELS, load_model
+
+#: (total, active) parameters in billions as published on the model cards; gpt-oss's "active"
+#: excludes the embedding (OpenAI's model card), so 0.58B is added here for it.
+PUBLISHED = {
+    "qwen3-8b": (8.2, 8.2),
+    "qwen3-30b-a3b": (30.5, 3.3),
+    "mixtral-8x7b": (46.7, 12.9),
+    "deepseek-v2-lite": (15.7, None),
+    "deepseek-v3": (671, 37),
+    "gpt-oss-20b": (20.9, 3.6 + 0.58),
+    "gpt-oss-120b": (116.8, 5.1 + 0.58),
+    "gemma-3-27b": (27.0, 27.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_parameter_counts_match_model_cards(name):
+    total, active = PUBLISHED[name]
+    m = MODELS[name]
+    assert m.num_params / 1e9 == pytest.approx(total, rel=0.02)
+    if active is not None:
+        assert m.num_active_params / 1e9 == pytest.approx(active, rel=0.03)
+
+
+def test_layer_patterns():
+    gemma = MODELS["gemma-3-27b"]
+    assert gemma.num_full_layers == 10 and gemma.layer_types[5] == "full_attention"
+    assert gemma.sliding_window == 1024 and gemma.tie_embeddings
+    oss = MODELS["gpt-oss-20b"]
+    assert oss.layer_types[:2] == ("sliding_attention", "full_attention")
+    assert oss.num_full_layers == 12 and oss.sliding_window == 128 and oss.attention_sinks
+    v3 = MODELS["deepseek-v3"]
+    assert v3.mla.cache_width == 576 and v3.moe.first_dense_layers == 3
+    assert v3.num_moe_layers == 58
+    assert MODELS["llama-3.1-8b"].max_model_len == 131072
+
+
+@pytest.mark.parametrize("name", sorted(HF_CONFIGS))
+def test_config_json_file_equals_catalog(tmp_path, name):
+    """A config.json on disk loads through `model: {config: ...}` to the catalog's spec."""
+    _, cfg = HF_CONFIGS[name]
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "rope_theta": 1e6}))
+    exp = tmp_path / "e.yaml"
+    exp.write_text("")
+    m = load_model({"config": "config.json", "name": name}, str(exp), "model")
+    assert m == MODELS[name]
+
+
+def test_config_json_overrides_and_strictness(tmp_path):
+    _, cfg = HF_CONFIGS["qwen3-8b"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    m = load_model({"config": str(path), "max_model_len": 4096, "kv_cache_dtype": "fp8"}, "x", "m")
+    assert (m.max_model_len, m.kv_cache_dtype, m.name) == (4096, "fp8", tmp_path.name.lower())
+    with pytest.raises(ConfigError, match="m.num_layers"):
+        load_model({"config": str(path), "num_layers": 3}, "x", "m")
+    path.write_text(json.dumps({**cfg, "use_sliding_window": True}))
+    with pytest.raises(ConfigError, match="use_sliding_window.*not modelled"):
+        load_model({"config": str(path)}, "x", "m")
+    path.write_text(json.dumps({**cfg, "architectures": ["LlamaForCausalLM"]}))
+    with pytest.raises(ConfigError, match="architectures"):
+        load_model({"config": str(path)}, "x", "m")
+    ds = dict(HF_CONFIGS["deepseek-v3"][1], quantization_config={"quant_method": "fp8"})
+    path.write_text(json.dumps(ds))
+    assert load_model({"config": str(path)}, "x", "m").weights == "fp8"
+
+
+# ---- item 2: KV per layer group ---------------------------------------------------------------
+
+#: KV bytes per token per GPU at TP1, bf16, by hand: layers x 2 (K, V) x kv_heads x head_dim x 2 B
+#: for attention with K and V; layers x (kv_lora_rank + qk_rope_head_dim) x 2 B for MLA.
+KV_BYTES_BY_HAND = {
+    "llama-3.1-8b": 32 * 2 * 8 * 128 * 2,
+    "qwen3-8b": 36 * 2 * 8 * 128 * 2,
+    "qwen3-30b-a3b": 48 * 2 * 4 * 128 * 2,
+    "mixtral-8x7b": 32 * 2 * 8 * 128 * 2,
+    "deepseek-v2-lite": 27 * (512 + 64) * 2,
+    "deepseek-v3": 61 * (512 + 64) * 2,
+    "gpt-oss-20b": 24 * 2 * 8 * 64 * 2,
+    "gpt-oss-120b": 36 * 2 * 8 * 64 * 2,
+    "gemma-3-27b": 62 * 2 * 16 * 128 * 2,
+}
+
+
+@pytest.mark.parametrize("name", sorted(KV_BYTES_BY_HAND))
+def test_kv_bytes_per_token_by_hand(name):
+    from simulator.served import ShardedModel
+
+    assert ShardedModel(MODELS[name]).kv_bytes_per_token_per_gpu == KV_BYTES_BY_HAND[name]
+
+
+def test_mla_latent_is_replicated_over_tp():
+    from simulator.served import ShardedModel
+
+    m = MODELS["deepseek-v2-lite"]
+    one, two = ShardedModel(m, 1), ShardedModel(m, 2)
+    assert two.kv_bytes_per_token_per_gpu == one.kv_bytes_per_token_per_gpu == 31104
+    assert two.kv_bytes_per_token == 31104  # the group holds one copy's worth of information
+
+
+def test_mla_capacity_on_h200():
+    """MLA's 576-element latent: DeepSeek-V2-Lite holds ~4x the tokens of Qwen3-8B's GQA per
+    GiB; capacity in blocks is the KV budget over one block's bytes."""
+    from simulator.hardware import GPUS, kv_capacity_blocks
+    from simulator.served import ShardedModel
+
+    m, gpu = MODELS["deepseek-v2-lite"], GPUS["h200"]
+    blocks = kv_capacity_blocks(m, gpu, 1, 16)
+    sm = ShardedModel(m)
+    from simulator.hardware import default_activation_reserve_bytes
+
+    free = gpu.memory_bytes * 0.9 - sm.weight_bytes_per_gpu - default_activation_reserve_bytes(m)
+    assert blocks == int(free // (16 * 31104))
+
+
+def test_pool_of_layer_groups():
+    from simulator.served import ShardedModel
+
+    pool = ShardedModel(MODELS["gemma-3-27b"]).kv_pool(16)
+    (full, mf), (slide, ms) = pool.groups
+    assert (full.num_layers, mf, slide.num_layers, ms) == (10, 5, 52, 26)
+    assert slide.sliding_window == 1024 and pool.frees_blocks
+    assert pool.unit_bytes == 16 * 2 * 16 * 128 * 2 * 2  # one page for gcd(10, 52) = 2 layers
+    llama = ShardedModel(MODELS["llama-3-8b"]).kv_pool(16)
+    assert llama.blocks_per_row == 1 and not llama.frees_blocks
+    assert llama.unit_bytes == 16 * 131072
+
+
+def test_sliding_window_frees_blocks_as_the_request_advances():
+    from simulator.kv.layered import LayeredPagedAllocator
+    from simulator.request import Request
+    from simulator.served import ShardedModel
+
+    sm = ShardedModel(MODELS["gpt-oss-20b"])  # 12 full + 12 sliding layers, window 128
+    kv = LayeredPagedAllocator(1000, 16, sm.kv_pool(16), sm.kv_reads())
+    req = Request(0, 0.0, 1000, 500)
+    assert kv.allocate(req, 1000)  # the prompt in one chunk holds every block of both groups
+    assert len(req.block_table) == 2 * 63 and kv.capacity(req) == 1008
+    req._num_computed = 1000
+    while kv.capacity(req) < 1500:  # decode growth, a row at a time
+        assert kv.extend(req) > 0
+    cap = kv.capacity(req)
+    # full group: every row; sliding group: rows from the first one that the query at the last
+    # growth (position cap - 16, the capacity before it) reads
+    assert len(req.block_table) == cap // 16 + (cap // 16 - (cap - 16 - 128 + 1) // 16)
+    assert kv.num_free_blocks + len(req.block_table) == 1000
+    kv.free(req)
+    assert kv.num_free_blocks == 1000 and not kv._state
+
+
+def test_windowed_reads_against_brute_force():
+    from simulator.decode import DecodeSet
+    from simulator.request import Request
+    from simulator.served import WindowedReads
+
+    r = WindowedReads(window=7, full_fraction=0.25)
+    for c in range(0, 20):
+        for n in range(1, 12):
+            brute = sum(0.25 * (q + 1) + 0.75 * min(q + 1, 7) for q in range(c, c + n))
+            assert r.prefill_pairs(c, n) == pytest.approx(brute)
+    d = DecodeSet(window=7)
+    reqs = []
+    for i, ctx in enumerate([1, 3, 6, 9]):
+        q = Request(i, 0.0, ctx, 50)
+        q._num_computed = ctx - 1
+        d.add(q, 64)
+        reqs.append(q)
+    for _ in range(8):
+        ctxs = [q.num_computed + 1 for q in reqs]
+        assert d.decode_excess() == sum(max(0, c - 7) for c in ctxs)
+        assert r.decode(d.decode_ctx(), d.decode_excess()) == pytest.approx(
+            sum(r.one(c) for c in ctxs)
+        )
+        d.clock += 1
+    d.remove(reqs[3])
+    reqs.pop()
+    assert d.decode_excess() == sum(max(0, q.num_computed + 1 - 7) for q in reqs)
+
+
+# ---- item 3: mixture of experts ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("experts,top_k,tokens", [(8, 2, 1), (8, 2, 5), (128, 8, 16), (64, 6, 3)])
+def test_experts_touched_against_brute_force(experts, top_k, tokens):
+    """Uniform routing: each token picks top_k distinct experts at random; the mean number of
+    distinct experts over many simulated steps matches E (1 - (1 - k/E)^T)."""
+    import numpy as np
+
+    from simulator.served import expected_experts_touched
+
+    rng = np.random.default_rng(0)
+    trials = 4000
+    keys = rng.random((trials, tokens, experts))
+    picks = np.argpartition(keys, top_k, axis=2)[:, :, :top_k]  # k distinct experts per token
+    touched = np.zeros((trials, experts), bool)
+    np.put_along_axis(touched, picks.reshape(trials, -1), True, axis=1)
+    brute = touched.sum(1).mean()
+    assert expected_experts_touched(experts, top_k, tokens) == pytest.approx(brute, rel=0.01)
+    skewed = expected_experts_touched(experts, top_k, tokens, skew=1.0)
+    assert skewed < expected_experts_touched(experts, top_k, tokens) + 1e-9
+
+
+def test_moe_step_counts_active_experts():
+    from simulator.hardware import GPUS
+    from simulator.latency.roofline import RooflineLatencyModel
+    from simulator.served import ShardedModel
+
+    m = MODELS["mixtral-8x7b"]
+    sm = ShardedModel(m)
+    # a token goes through 2 of 8 experts: FLOPs of the active linear weights only
+    assert sm.linear_flops_per_token == pytest.approx(
+        2 * (m.num_active_linear_params + 32 * 8 * 4096)
+    )
+    assert sm.step_min_bytes(1, 0) == pytest.approx(sm.active_weight_bytes)
+    assert sm.active_weight_bytes < sm.weight_bytes / 3
+    r = RooflineLatencyModel(m, GPUS["h200"], 1)
+    one = r.breakdown(0, 0, 0, 1, 100)
+    many = r.breakdown(0, 0, 0, 256, 25600)
+    experts_bytes = 32 * 8 * 3 * 4096 * 14336 * 2
+    # one token reads 2 of 8 experts' weights; 256 tokens touch (almost) all 8
+    assert one["bytes"] < experts_bytes / 4 + 3e9
+    assert many["bytes"] > experts_bytes * 0.99
+    total = sum(one[k] for k in ("gemm", "attention", "elementwise", "lm_head", "allreduce"))
+    assert r.step_time(0, 0, 0, 1, 100) == pytest.approx(total + one["overhead"])
+
+
+def test_mla_attention_reads_the_latent():
+    from simulator.served import ShardedModel
+
+    sm = ShardedModel(MODELS["deepseek-v3"], 8)
+    attn = sm.op("attention")
+    assert attn.kv_bytes_per_key == 576 * 2  # one latent per key, not K and V per head
+    assert sm.op("kv_a").shape == (576, 7168)  # replicated: not split over TP
+    assert sm.heads == 16
+
+
+def test_base_keeps_the_architecture():
+    """`{base: <moe model>, ...}` keeps experts, MLA and layer types (never a silent dense
+    model); a shape override that breaks them is a ConfigError."""
+    m = load_model({"base": "qwen3-30b-a3b", "max_model_len": 4096}, "e.yaml", "model")
+    assert m.moe == MODELS["qwen3-30b-a3b"].moe and m.max_model_len == 4096
+    g = load_model({"base": "gemma-3-27b", "kv_cache_dtype": "fp8"}, "e.yaml", "model")
+    assert g.layer_types == MODELS["gemma-3-27b"].layer_types and g.sliding_window == 1024
+    with pytest.raises(ConfigError, match="layer_types"):
+        load_model({"base": "gpt-oss-20b", "num_layers": 4}, "e.yaml", "model")
