@@ -25,6 +25,7 @@ import numpy as np
 
 from profiles import engine_jobs
 from profiles.engine_jobs import job_precision
+from profiles.gpu_energy import energy_between, read_energy
 from profiles.vllm_table import step_rows
 from simulator.errors import ConfigError
 from simulator.models import load_model
@@ -77,11 +78,37 @@ def load_phase(path: Path) -> dict:
     run's ``engine.json`` beside it; a run recorded before jobs named a precision served bf16)."""
     with gzip.open(path, "rt") as f:
         phase = json.load(f)
+    phase["energy_record"] = read_energy(path.parent)  # None for runs recorded without it
     engine = path.parent / "engine.json"
     if engine.is_file():
         facts = json.loads(engine.read_text())
         phase["served_precision"] = facts.get("precision") or job_precision(facts.get("job", {}))
     return phase
+
+
+def energy_check(phase: dict, sim: dict) -> dict | None:
+    """Joules per output token, simulated (the latency table's energy model, idle included) vs
+    measured (the GPUs' energy counter from the first submission to the last token), or None
+    when the real run read no energy."""
+    rec = phase.get("energy_record")
+    reqs = phase["requests"].values()
+    if not rec or not rec.get("t"):
+        return None
+    t0 = min(r["t_submit"] for r in reqs)
+    t1 = max(r["times"][-1][0] for r in reqs if r["times"])
+    joules = energy_between(rec, t0, t1)
+    tokens = sum(k for r in reqs for _, k in r["times"])
+    sim_j = (sim.get("energy") or {}).get("joules_per_output_token")
+    if joules is None or not tokens or sim_j is None:
+        return None
+    real_j = joules / tokens
+    return {
+        "sim_j_per_output_token": sim_j,
+        "real_j_per_output_token": real_j,
+        "err": sim_j / real_j - 1,
+        "sim_source": sim["energy"]["source"],
+        "sim_kind": sim["energy"]["kind"],
+    }
 
 
 def _precision_mismatch(cfg: dict, where: str, phase: dict) -> list[str]:
@@ -126,6 +153,7 @@ def compare(cfg: dict, where: str, phase: dict) -> dict:
         "max_abs_err": float(max(errs)),
         "latency_model": sim["latency_model"].get("name"),
         "sim_steps": _batch_stats(sim_steps["decode_seqs"], sim_steps["prefill_tokens"]),
+        "energy": energy_check(phase, sim),
     }
 
 
