@@ -206,12 +206,16 @@ def load_index(folder: Path) -> pd.DataFrame | None:
 def describe_setup(run_dir: Path) -> dict:
     """Model, GPU, TP, latency model of a run (for plot titles and table headers)."""
     cfg = load_config(run_dir)
-    model = (cfg.get("model") or {}).get("name", "?")
+    mcfg = cfg.get("model") or {}
+    model = mcfg.get("name", "?")
+    precision = [mcfg.get("weights", "bf16"), mcfg.get("kv_cache_dtype", "bf16")]
+    if precision != ["bf16", "bf16"]:  # e.g. "llama-3-8b (fp8, KV fp8)"
+        model = f"{model} ({precision[0]}, KV {precision[1]})"
     hw = cfg.get("hardware") or {}
     gpu = (hw.get("gpu") or {}).get("name", "?")
     lat = cfg.get("latency") or {}
     latency = lat.get("name", "?")
-    if lat.get("table"):
+    if lat.get("table") and Path(str(lat["table"])).name not in latency:
         latency = f"{latency} ({Path(str(lat['table'])).name})"
     return {"model": model, "gpu": gpu, "tp": hw.get("tp", 1), "latency": latency,
             "replicas": (cfg.get("cluster") or {}).get("replicas", 1)}  # fmt: skip

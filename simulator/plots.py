@@ -106,6 +106,7 @@ class Sweep:
         self.folder, self.df = folder, index.copy()
         fixed = {"point", "folder", "seed", "status", "resumed", "config_hash", "error"}
         swept = [c for c in index.columns if c not in fixed and c not in INDEX_METRICS]
+        self._swept = swept
         rate = [k for k in RATE_KEYS if k in swept]
         numeric = [c for c in swept if pd.api.types.is_numeric_dtype(index[c])]
         self.x = rate[0] if rate else (numeric[0] if numeric else None)
@@ -123,12 +124,38 @@ class Sweep:
         else:
             self.df["label"] = index["point"].fillna("").astype(str) if self.x is None else "run"
         self.labels = list(dict.fromkeys(self.df["label"]))
+        self._name_lines_by_setup()
         self.nseeds = int(self.df.groupby(["label"] + ([self.x] if self.x else []))["seed"]
                           .nunique().max())  # fmt: skip
 
+    def _name_lines_by_setup(self) -> None:
+        """When lines differ in model or latency model (a swept model, or precisions served
+        from different tables), each line's label names its own and the title says "per line":
+        the first run's would otherwise be printed as everybody's. Other swept values stay in
+        the label, in parentheses."""
+        first = {lb: self.folder / self.df[self.df["label"] == lb]["folder"].iloc[0]
+                 for lb in self.labels}  # fmt: skip
+        setups = {lb: describe_setup(run) for lb, run in first.items()}
+        self.per_line = [k for k in ("model", "latency")
+                         if len({s[k] for s in setups.values()}) > 1]  # fmt: skip
+        if not self.per_line:
+            return
+        only_model = set(self._swept) <= {"model", self.x}
+        rename = {}
+        for lb in self.labels:
+            named = " / ".join(setups[lb][k] for k in self.per_line)
+            rename[lb] = named if only_model else f"{named} ({lb})"
+        self.df["label"] = self.df["label"].map(rename)
+        self.labels = [rename[lb] for lb in self.labels]
+
     def title(self) -> str:
         name = load_config(self.folder / self.df["folder"].iloc[0]).get("name", self.folder.name)
-        return f"{name}: {_title(self.folder / self.df['folder'].iloc[0])}"
+        t = _title(self.folder / self.df["folder"].iloc[0])
+        if "model" in self.per_line:
+            t = t.replace(t.split(" on ")[0], "models per line", 1)
+        if "latency" in self.per_line:
+            t = t.split(", latency model:")[0] + ", latency model: per line"
+        return f"{name}: {t}"
 
     def line(self, label: str, metric: str):
         """x values, mean, band low, band high of ``metric`` for one line."""

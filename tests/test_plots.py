@@ -43,3 +43,22 @@ def test_single_run_folder(sweep_dir, tmp_path, capsys):
 def test_not_a_results_folder(tmp_path, capsys):
     assert main(["plot", str(tmp_path)]) == 2
     assert "neither a sweep folder" in capsys.readouterr().err
+
+
+def test_lines_of_other_models_name_their_own_model_and_latency_model(tmp_path):
+    """A swept model (here one model in two precisions) gives each line its own model and
+    latency model: the title must not print the first run's as everybody's."""
+    import pandas as pd
+
+    from simulator.plots import Sweep
+
+    out = tmp_path / "sweep"
+    models = ["llama-3-8b", {"base": "llama-3-8b", "weights": "fp8", "kv_cache_dtype": "fp8"}]
+    grid = {"workload.arrival.rate_per_s": [2, 8], "model": models}
+    cfg = tiny(sweep=grid, seeds=[0], hardware={"gpu": "h100", "tp": 1},
+               latency={"model": "roofline"})  # fmt: skip
+    run_sweep(cfg, "t.yaml", Path("."), out, progress=False)
+    sweep = Sweep(out, pd.read_csv(out / "index.csv"))
+    assert sweep.per_line == ["model"]
+    assert sweep.labels == ["llama-3-8b", "llama-3-8b (fp8, KV fp8)"]
+    assert "models per line" in sweep.title()
