@@ -201,7 +201,9 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
         "seed": seed,
         "model": model.resolved(),
         "hardware": {
-            "gpu": gpu_record(gpu), "tp": tp, "price_per_gpu_hour": price,
+            "gpu": gpu_record(gpu),
+            "tp": tp,
+            "price_per_gpu_hour": price,
             **({"expert_parallel": expert_parallel} if expert_parallel else {}),
         },  # fmt: skip
         "scheduler": main.resolved_scheduler,

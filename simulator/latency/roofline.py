@@ -131,8 +131,10 @@ class RooflineLatencyModel:
         #: router skew for the experts a step touches (`expected_experts_touched`; 0: uniform)
         self.moe_routing_skew = float(moe_routing_skew)
         if expert_parallel and self.moe_routing_skew:
-            raise ValueError("moe_routing_skew with expert parallelism is not modelled (the "
-                             "busiest GPU depends on where the popular experts are placed)")
+            raise ValueError(
+                "moe_routing_skew with expert parallelism is not modelled (the "
+                "busiest GPU depends on where the popular experts are placed)"
+            )
         #: layers differ (MoE, dense + expert layers, MLA): step_time sums `breakdown`
         self._general = not sm.uniform_layers
         self._gemm_peak = gpu.peak_flops_for(sm.weight_format.gemm_dtype)
@@ -291,8 +293,8 @@ class RooflineLatencyModel:
             nbytes = t * o.act_bytes_per_token
             factor = collective_link_factor(o, self.tp)
             term = "expert_comm" if o.ep else "allreduce"
-            out[term] += o.count * sm.layers_of(o) * (
-                factor * nbytes / link.bandwidth + link.latency
+            out[term] += (
+                o.count * sm.layers_of(o) * (factor * nbytes / link.bandwidth + link.latency)
             )
 
     def _weight_read(self, op, tokens: float) -> float:
