@@ -15,7 +15,9 @@
 
 Sharding follows vLLM: query heads, the MLP intermediate dimension and the vocabulary are split
 over ``tp`` (the vocabulary rounded up); KV heads are split, or replicated one per GPU when tp
-exceeds them; the hidden size is not split. Two all-reduces per layer join the shards.
+exceeds them; the hidden size is not split. Two all-reduces per layer join the shards. With
+``expert_parallel`` (`EP_MODES`) the routed experts are instead placed whole, ``E / tp`` per GPU
+(see `ShardedModel._routed_ops` and `_all_to_all_ops`).
 
 Invariants: ``spec.check_tp(tp)`` holds; every count, width and byte figure is positive (or 0
 for a term that does not exist, e.g. no collective at tp 1); `op_fingerprint` depends only on the

@@ -28,6 +28,10 @@ decode_seqs sequences that sample), per GPU of a TP group of ``tp``, are the op 
   sequences that sample only.
 * TP all-reduce when tp > 1: two per layer over T x hidden bf16 values, ring cost
   ``2 (tp-1)/tp x bytes / link bandwidth + link latency`` each.
+* expert parallelism (``expert_parallel``, `simulator.served.EP_MODES`): routed experts are
+  charged for the busiest GPU (expected max of its expert copies and distinct experts under
+  uniform routing), and the ``all_to_all`` layout's dispatch, combine and all-gather go to the
+  ``expert_comm`` term, each ``latency + link bytes / bandwidth``: estimates, flagged.
 * a fixed per-step overhead (default 1 ms): real engines spend it outside GPU kernels (scheduler,
   input preparation, sampling bookkeeping, detokenization, launch gaps even with CUDA graphs).
 
