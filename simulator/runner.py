@@ -31,7 +31,7 @@ from simulator.latency.select import build_latency
 from simulator.metrics import step_arrays, summarize
 from simulator.models import ModelSpec, load_model
 from simulator.replica import Replica
-from simulator.served import ShardedModel
+from simulator.served import EP_MODES, ShardedModel, check_expert_parallel
 from workloads.build import build_workload
 from workloads.spec import RequestColumns, Workload
 
@@ -72,6 +72,23 @@ class Results:
     wall_s: float
 
 
+def read_expert_parallel(hw: Section, model, tp: int) -> str | None:
+    """``hardware.expert_parallel``: false (default; experts split over TP), true (vLLM's
+    ``--enable-expert-parallel`` at DP 1: `EP_MODES` ``allreduce``) or ``all_to_all``; a
+    ConfigError naming the key for a dense model, tp 1 or experts that do not split evenly.
+    KV capacity needs no change: with ``ep == tp`` each GPU holds the TP share of the weights
+    (`ShardedModel.weight_bytes_per_gpu`) and attention, hence KV, stays TP-sharded."""
+    value = hw.raw("expert_parallel", False)
+    if value is False:
+        return None
+    mode = "allreduce" if value is True else value
+    if mode not in EP_MODES:
+        raise hw.error("expert_parallel", f"expected false, true or one of {list(EP_MODES)}, "
+                       f"got {value!r}")  # fmt: skip
+    check_expert_parallel(model, tp, mode, hw.where, hw.key("expert_parallel"))
+    return mode
+
+
 def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> Built:
     top = Section(config, where)
     for key in config:
@@ -91,6 +108,7 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
     check_precision(model, gpu, where, "model.weights")
     tp = hw.int("tp", 1, min=1)
     model.check_tp(tp, where, hw.key("tp"))
+    expert_parallel = read_expert_parallel(hw, model, tp)
     price = hw.num("price_per_gpu_hour", gpu.price_per_hour, min=0)
     usd_per_kwh = hw.num("usd_per_kwh", DEFAULT_USD_PER_KWH, min=0)
     if not math.isfinite(usd_per_kwh):
@@ -137,7 +155,9 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
     # a table measured through a serving engine times that engine's scheduling (policy)
     serving_engine = "vllm" if disagg is None and main.policy_cls.name == "vllm" else None
     lat_sec = top.section("latency", {})
-    latency = build_latency(lat_sec, model, gpu, tp, where, base_dir, serving_engine)
+    latency = build_latency(
+        lat_sec, model, gpu, tp, where, base_dir, serving_engine, expert_parallel=expert_parallel
+    )
 
     workload = build_workload(
         top.section("workload"), np.random.default_rng(wl_seed), Path(base_dir)
@@ -180,7 +200,12 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
         "name": name,
         "seed": seed,
         "model": model.resolved(),
-        "hardware": {"gpu": gpu_record(gpu), "tp": tp, "price_per_gpu_hour": price},
+        "hardware": {
+            "gpu": gpu_record(gpu),
+            "tp": tp,
+            "price_per_gpu_hour": price,
+            **({"expert_parallel": expert_parallel} if expert_parallel else {}),
+        },  # fmt: skip
         "scheduler": main.resolved_scheduler,
         "kv_cache": {
             **main.resolved_kv,

@@ -15,7 +15,9 @@
 
 Sharding follows vLLM: query heads, the MLP intermediate dimension and the vocabulary are split
 over ``tp`` (the vocabulary rounded up); KV heads are split, or replicated one per GPU when tp
-exceeds them; the hidden size is not split. Two all-reduces per layer join the shards.
+exceeds them; the hidden size is not split. Two all-reduces per layer join the shards. With
+``expert_parallel`` (`EP_MODES`) the routed experts are instead placed whole, ``E / tp`` per GPU
+(see `ShardedModel._routed_ops` and `_all_to_all_ops`).
 
 Invariants: ``spec.check_tp(tp)`` holds; every count, width and byte figure is positive (or 0
 for a term that does not exist, e.g. no collective at tp 1); `op_fingerprint` depends only on the
@@ -24,10 +26,12 @@ op list, so two tables measured for equal op lists have equal fingerprints.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from dataclasses import dataclass, replace
 
+from simulator.errors import ConfigError
 from simulator.models import ModelSpec
 from simulator.precision import ACT_DTYPE, DTYPE_BYTES, WEIGHT_FORMATS
 
@@ -75,6 +79,10 @@ class Op:
     #: token; ``weight_bytes`` then counts every expert, ``flops_per_token`` the ``top_k`` used
     experts: int = 0
     top_k: int = 0
+    #: expert-parallel group size (0: experts split over TP). With ``ep``, ``experts`` are the
+    #: whole experts this GPU holds and the per-token figures are this GPU's expected share of a
+    #: step token's work (``top_k / ep`` of its expert copies land here under uniform routing)
+    ep: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in OP_KINDS or self.scope not in OP_SCOPES:
@@ -257,9 +265,13 @@ class ShardedModel:
     ``vocab`` (per-GPU widths), ``weight_format`` (`WeightFormat`), ``kv_cache_dtype``, ``ops``.
     """
 
-    def __init__(self, spec: ModelSpec, tp: int = 1):
+    def __init__(self, spec: ModelSpec, tp: int = 1, expert_parallel: str | None = None):
         spec.check_tp(tp)
+        check_expert_parallel(spec, tp, expert_parallel)
         self.spec, self.tp = spec, tp
+        #: None (experts split over TP), or an `EP_MODES` layout with ``ep = tp`` GPUs
+        self.expert_parallel = expert_parallel
+        self.ep = tp if expert_parallel else 1
         self.layers = spec.num_layers
         self.hidden = spec.hidden_size
         self.heads = spec.num_heads // tp
@@ -288,8 +300,30 @@ class ShardedModel:
         h, act = self.hidden, DTYPE_BYTES[ACT_DTYPE]
         attn = self._attention_ops() if self.spec.mla is None else self._mla_ops()
         ops = attn + self._mlp_ops()
-        if self.tp > 1:
+        if self.tp > 1 and self.expert_parallel != "all_to_all":
             ops.append(Op("allreduce", "collective", "layer", 2, (h,), act_bytes_per_token=h * act))
+        elif self.tp > 1:
+            ops += self._all_to_all_ops()
+        return ops
+
+    def _all_to_all_ops(self) -> list[Op]:
+        """Collectives of the ``all_to_all`` EP layout: the attention all-reduce in every layer,
+        the MLP all-reduce where a TP-split MLP runs (dense layers; every layer when shared
+        experts exist), and per MoE layer a dispatch, a combine and an all-gather that gives the
+        TP attention of the next layer every token back. ``act_bytes_per_token`` is the payload
+        of one token (`collective_link_factor` turns it into bytes on this GPU's link)."""
+        h, act, spec = self.hidden, DTYPE_BYTES[ACT_DTYPE], self.spec
+        moe, n = spec.moe, spec.num_moe_layers
+        dense = spec.num_layers - n
+        ops = [Op("allreduce", "collective", "layer", 1, (h,), act_bytes_per_token=h * act)]
+        if dense or moe.num_shared_experts:
+            ops.append(Op("allreduce_mlp", "collective", "layer", 1, (h,),
+                          act_bytes_per_token=h * act,
+                          layers=0 if moe.num_shared_experts else dense))  # fmt: skip
+        for name in ("ep_dispatch", "ep_combine", "ep_allgather"):
+            ops.append(Op(name, "collective", "layer", 1, (h,), act_bytes_per_token=h * act,
+                          layers=n, experts=moe.num_experts // self.ep, top_k=moe.top_k,
+                          ep=self.ep))  # fmt: skip
         return ops
 
     def _attention_ops(self) -> list[Op]:
@@ -359,11 +393,31 @@ class ShardedModel:
             ie = moe.expert_intermediate_size // self.tp
             ops.append(replace(self._gemm("router", moe.num_experts, h, quantized=False),
                                layers=n))  # fmt: skip
-            for op in self._swiglu("experts_", ie, n):
-                ops.append(self._routed(op, moe.num_experts, moe.top_k) if op.kind == "gemm"
-                           else replace(op, count=moe.top_k))  # fmt: skip
+            ops += self._routed_ops(n)
             if moe.num_shared_experts:
                 ops += self._swiglu("shared_", ie * moe.num_shared_experts, n)
+        return ops
+
+    def _routed_ops(self, layers: int) -> list[Op]:
+        """The routed experts' grouped GEMMs and SiLU: every expert at width ``1/tp`` (TP), or
+        ``E / ep`` whole experts (EP), whose expected share of a step token is ``top_k / ep``
+        expert copies; both give the same expected FLOPs and bytes per GPU when ``ep == tp``
+        (EP differs in the spread over GPUs, which `ep_expert_tokens` models)."""
+        moe, ep = self.spec.moe, self.ep
+        if not self.expert_parallel:
+            return [
+                self._routed(op, moe.num_experts, moe.top_k) if op.kind == "gemm"
+                else replace(op, count=moe.top_k)
+                for op in self._swiglu("experts_", moe.expert_intermediate_size // self.tp, layers)
+            ]  # fmt: skip
+        ops = []
+        for op in self._swiglu("experts_", moe.expert_intermediate_size, layers):
+            if op.kind == "gemm":
+                op = self._routed(op, moe.num_experts // ep, moe.top_k)
+            else:
+                op = replace(op, count=moe.top_k)
+            ops.append(replace(op, ep=ep, flops_per_token=op.flops_per_token / ep,
+                               act_bytes_per_token=op.act_bytes_per_token / ep))  # fmt: skip
         return ops
 
     def _swiglu(self, prefix: str, inter: int, layers: int) -> list[Op]:
@@ -424,6 +478,7 @@ class ShardedModel:
             f"{o.name},{o.kind},{o.scope},{o.count},{'x'.join(map(str, o.shape))},"
             f"{o.in_dtype},{o.out_dtype},{o.weight_dtype}"
             + (f",L{o.layers},E{o.experts},k{o.top_k}" if o.layers or o.experts else "")
+            + (f",ep{o.ep}" if o.ep else "")
             for o in self.ops
         )
         return hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -440,8 +495,26 @@ class ShardedModel:
 
     @property
     def weight_bytes_per_gpu(self) -> float:
-        """Weight bytes one GPU holds: the TP group's share (replicated norms are negligible)."""
-        return self.weight_bytes / self.tp
+        """Weight bytes one GPU holds: the TP group's share (replicated norms and routers are
+        negligible). With expert parallelism: everything but the routed experts split over
+        ``tp`` (attention, shared experts, dense MLPs, vocabulary: vLLM keeps them TP-sharded
+        at DP 1), plus ``E / ep`` whole routed experts; with ``ep == tp`` and ``ep`` dividing
+        ``E`` (checked) this equals the TP figure, so KV capacity does not change with EP."""
+        if not self.expert_parallel:
+            return self.weight_bytes / self.tp
+        routed = self.routed_expert_bytes
+        return (self.weight_bytes - routed) / self.tp + routed / self.ep
+
+    @property
+    def routed_expert_bytes(self) -> float:
+        """Bytes of every routed expert of every MoE layer (0 for a dense model), in the weight
+        format (gpt-oss's expert biases are left in the bf16 remainder)."""
+        spec = self.spec
+        if spec.moe is None:
+            return 0.0
+        moe, fmt = spec.moe, self.weight_format
+        per = 3 * spec.hidden_size * moe.expert_intermediate_size * fmt.bytes_per_param
+        return spec.num_moe_layers * moe.num_experts * per
 
     def kv_specs(self, block_size: int) -> list[KVSpec]:
         """The KV layout per GPU: one spec per group of layers sharing a page format (full
@@ -571,7 +644,124 @@ def expected_experts_touched(num_experts: int, top_k: int, tokens: float, skew: 
     return sum(1.0 - (1.0 - min(1.0, top_k * x / total)) ** tokens for x in w)
 
 
+# ---- expert parallelism --------------------------------------------------------------------
+
+#: Expert-parallel layouts (``hardware.expert_parallel``): ``allreduce`` is vLLM's
+#: ``--enable-expert-parallel`` at data parallel 1 (tokens stay replicated by TP attention, each
+#: GPU runs its own experts on them, and the MoE output is all-reduced as under TP: vLLM's
+#: ``FusedMoEParallelConfig.use_all2all_kernels`` is ``dp_size > 1 and use_ep``);
+#: ``all_to_all`` splits the step's tokens over the group, dispatches each to the GPUs holding
+#: its experts, combines them back and all-gathers the result for the next TP attention.
+EP_MODES = ("allreduce", "all_to_all")
+
+
+def check_expert_parallel(spec: ModelSpec, tp: int, mode, where="<config>", key="ep") -> None:
+    """Raise ConfigError unless ``mode`` (None or one of `EP_MODES`) can serve ``spec`` over a
+    group of ``tp``: EP needs routed experts, more than one GPU, and ``tp`` dividing the expert
+    count (vLLM gives the first ranks one more expert otherwise; not modelled)."""
+    if mode is None:
+        return
+    if mode not in EP_MODES:
+        raise ConfigError(where, key, f"expected false, true or one of {EP_MODES}, got {mode!r}")
+    if spec.moe is None:
+        raise ConfigError(where, key, f"{spec.name} is a dense model: no experts to place")
+    if tp < 2:
+        raise ConfigError(where, key, f"needs tp >= 2 (experts are placed over the tp GPUs), "
+                          f"got tp {tp}")  # fmt: skip
+    if spec.moe.num_experts % tp:
+        raise ConfigError(where, key, f"{spec.name}: {spec.moe.num_experts} experts do not split "
+                          f"evenly over {tp} GPUs")  # fmt: skip
+
+
+@functools.lru_cache(maxsize=64)
+def expected_max_normal(n: int) -> float:
+    """``E[max]`` of ``n`` independent standard normals (0 for n = 1; 1/sqrt(pi) for n = 2),
+    by quadrature of ``n x phi(x) x Phi(x)^(n-1)`` over [-10, 10]. A pure function of ``n``,
+    memoized because the roofline asks for it every step."""
+    if n < 2:
+        return 0.0
+    steps, lo, hi = 4000, -10.0, 10.0
+    dx = (hi - lo) / steps
+    total = 0.0
+    for i in range(steps + 1):
+        x = lo + i * dx
+        cdf = 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+        w = 0.5 if i in (0, steps) else 1.0
+        total += w * x * n * math.exp(-0.5 * x * x) / math.sqrt(2 * math.pi) * cdf ** (n - 1)
+    return total * dx
+
+
+def _expected_max(mean: float, spread_var: float, ep: int, cap: float) -> float:
+    """``E[max_g X_g]`` of ``ep`` exchangeable loads with mean ``mean`` and ``Var(X_g) -
+    Cov(X_g, X_h) = spread_var``, in the normal approximation ``mean + sqrt(spread_var) x
+    E[max of ep standard normals]`` (exact in the limit of many tokens), capped at ``cap``."""
+    return min(cap, mean + math.sqrt(max(spread_var, 0.0)) * expected_max_normal(ep))
+
+
+def ep_expert_tokens(num_experts: int, top_k: int, ep: int, tokens: float) -> tuple[float, float]:
+    """(mean, expected max over GPUs) of the expert copies of ``tokens`` tokens that land on one
+    GPU of ``ep`` holding ``E / ep`` experts each, under uniform routing.
+
+    A token's ``k`` distinct experts put a hypergeometric ``X`` on each GPU: mean ``k / ep``,
+    ``Var - Cov = k (E - k) / (ep (E - 1))`` per token (loads sum to ``T k``, so they are
+    negatively correlated); T independent tokens add. The max sets the step: every GPU waits for
+    the busiest one. At most ``T x min(k, E / ep)``."""
+    if tokens <= 0:
+        return 0.0, 0.0
+    e, k = num_experts, top_k
+    mean = tokens * k / ep
+    spread = tokens * k * (e - k) / (ep * (e - 1)) if e > 1 else 0.0
+    return mean, _expected_max(mean, spread, ep, tokens * min(k, e // ep))
+
+
+def ep_experts_touched(num_experts: int, top_k: int, ep: int, tokens: float):
+    """(mean, expected max over GPUs) of the distinct experts ``tokens`` tokens touch among the
+    ``m = E / ep`` one GPU holds, under uniform routing: the weights that GPU must read.
+
+    An expert is untouched by a token with probability ``q = 1 - k/E``, a pair with ``q2 = (E-k)
+    (E-k-1) / (E (E-1))``; ``Var - Cov`` of a GPU's count is ``m (q^T (1 - q^T) - (q2^T -
+    q^2T))``. The mean is `expected_experts_touched` over ``ep``; the max is at most ``m``."""
+    if tokens <= 0:
+        return 0.0, 0.0
+    e, k, m = num_experts, top_k, num_experts // ep
+    q = 1.0 - k / e
+    q2 = (e - k) * (e - k - 1) / (e * (e - 1)) if e > 1 else 0.0
+    mean = m * (1.0 - q**tokens)
+    spread = m * (q**tokens * (1.0 - q**tokens) - (q2**tokens - q ** (2 * tokens)))
+    return mean, _expected_max(mean, spread, ep, float(m))
+
+
+def collective_link_factor(op: Op, tp: int) -> float:
+    """Bytes one GPU moves over its link per byte of a step token's payload
+    (``op.act_bytes_per_token``) for collective ``op``.
+
+    All-reduce (ring): ``2 (tp-1)/tp``. EP dispatch and combine: each GPU owns ``1/ep`` of the
+    tokens and sends a token once to every other GPU holding at least one of its ``k`` experts
+    (deduplicated by destination, as DeepEP's ``is_token_in_rank`` layout does): ``(ep - 1) x
+    (1 - C(E - m, k) / C(E, k)) / ep``, ``m = E / ep``. All-gather: ``(ep-1)/ep`` arrives."""
+    if op.name.startswith("allreduce"):
+        return 2 * (tp - 1) / tp
+    ep, m, k = op.ep, op.experts, op.top_k
+    if op.name == "ep_allgather":
+        return (ep - 1) / ep
+    e = m * ep
+    p_none = math.comb(e - m, k) / math.comb(e, k)  # a token has no expert on a given GPU
+    return (ep - 1) * (1.0 - p_none) / ep
+
+
+def collective_link_bytes(op: Op, tp: int) -> float:
+    """Bytes one GPU moves over its link per step token for collective ``op``."""
+    return collective_link_factor(op, tp) * op.act_bytes_per_token
+
+
 __all__ = [
+    "EP_MODES",
+    "check_expert_parallel",
+    "collective_link_bytes",
+    "collective_link_factor",
+    "ep_experts_touched",
+    "ep_expert_tokens",
+    "expected_max_normal",
     "FLOPS_PER_MAC",
     "expected_experts_touched",
     "FullAttentionSpec",

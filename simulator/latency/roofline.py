@@ -28,6 +28,10 @@ decode_seqs sequences that sample), per GPU of a TP group of ``tp``, are the op 
   sequences that sample only.
 * TP all-reduce when tp > 1: two per layer over T x hidden bf16 values, ring cost
   ``2 (tp-1)/tp x bytes / link bandwidth + link latency`` each.
+* expert parallelism (``expert_parallel``, `simulator.served.EP_MODES`): routed experts are
+  charged for the busiest GPU (expected max of its expert copies and distinct experts under
+  uniform routing), and the ``all_to_all`` layout's dispatch, combine and all-gather go to the
+  ``expert_comm`` term, each ``latency + link bytes / bandwidth``: estimates, flagged.
 * a fixed per-step overhead (default 1 ms): real engines spend it outside GPU kernels (scheduler,
   input preparation, sampling bookkeeping, detokenization, launch gaps even with CUDA graphs).
 
@@ -44,7 +48,13 @@ from __future__ import annotations
 
 from simulator.hardware import GPUSpec, LinkSpec, default_tp_link
 from simulator.models import ModelSpec
-from simulator.served import ShardedModel, expected_experts_touched
+from simulator.served import (
+    ShardedModel,
+    collective_link_factor,
+    ep_expert_tokens,
+    ep_experts_touched,
+    expected_experts_touched,
+)
 
 #: Default fixed cost of one engine step outside GPU kernels, seconds (see module docstring).
 DEFAULT_STEP_OVERHEAD_S = 1e-3
@@ -90,6 +100,7 @@ class RooflineLatencyModel:
         "_gemm_peak",
         "_general",
         "moe_routing_skew",
+        "expert_parallel",
     )
 
     def __init__(
@@ -103,6 +114,7 @@ class RooflineLatencyModel:
         where: str = "<config>",
         key: str = "tp",
         moe_routing_skew: float = 0.0,
+        expert_parallel: str | None = None,
     ):
         model.check_tp(tp, where, key)
         #: why a profiled table was not used, when `latency: auto` fell back (printed, saved)
@@ -117,9 +129,16 @@ class RooflineLatencyModel:
             allreduce_link = default_tp_link(gpu)
         self.allreduce_link = allreduce_link
 
-        self.served = sm = ShardedModel(model, tp)
+        self.served = sm = ShardedModel(model, tp, expert_parallel)
+        #: None, or the expert-parallel layout (`simulator.served.EP_MODES`)
+        self.expert_parallel = expert_parallel
         #: router skew for the experts a step touches (`expected_experts_touched`; 0: uniform)
         self.moe_routing_skew = float(moe_routing_skew)
+        if expert_parallel and self.moe_routing_skew:
+            raise ValueError(
+                "moe_routing_skew with expert parallelism is not modelled (the "
+                "busiest GPU depends on where the popular experts are placed)"
+            )
         #: layers differ (MoE, dense + expert layers, MLA): step_time sums `breakdown`
         self._general = not sm.uniform_layers
         self._gemm_peak = gpu.peak_flops_for(sm.weight_format.gemm_dtype)
@@ -229,8 +248,9 @@ class RooflineLatencyModel:
         t = prefill_tokens + decode_seqs
         n = prefill_seqs + decode_seqs
         out = dict.fromkeys(
-            ("gemm", "attention", "elementwise", "lm_head", "allreduce", "gemm_compute_s"), 0.0
-        )
+            ("gemm", "attention", "elementwise", "lm_head", "allreduce", "expert_comm",
+             "gemm_compute_s"), 0.0,
+        )  # fmt: skip
         out.update(gemm_memory_s=0.0, flops=0.0, bytes=0.0, overhead=self.step_overhead_s)
         if t <= 0:
             return out
@@ -244,8 +264,9 @@ class RooflineLatencyModel:
             if g.scope != "layer" or g.kind not in ("gemm", "moe"):
                 continue
             n_layers = sm.layers_of(g)
-            f = n_layers * t * g.count * g.flops_per_token
-            b = n_layers * g.count * (self._weight_read(g, t) + t * g.act_bytes_per_token)
+            load = _ep_load(g, t) if g.ep else 1.0  # busiest GPU's tokens over the mean
+            f = n_layers * t * g.count * g.flops_per_token * load
+            b = n_layers * g.count * (self._weight_read(g, t) + t * g.act_bytes_per_token * load)
             op("gemm", f, b, self._gemm_peak)
             out["gemm_compute_s"] += f / self._gemm_peak
             out["gemm_memory_s"] += b / bw
@@ -261,22 +282,47 @@ class RooflineLatencyModel:
             lm_b = lm.weight_bytes + n * (lm.act_bytes_per_token + sampler.act_bytes_per_token)
             op("lm_head", n * lm.flops_per_token, lm_b, self.gpu.peak_flops_for(lm.in_dtype))
         if self.tp > 1:
-            link, ar = self.allreduce_link, sm.op("allreduce")
-            ring = 2 * (self.tp - 1) / self.tp
-            nbytes = t * ar.act_bytes_per_token
-            out["allreduce"] = ar.count * L * (ring * nbytes / link.bandwidth + link.latency)
+            self._collectives(out, t)
         return out
+
+    def _collectives(self, out: dict, t: float) -> None:
+        """Charge every collective op ``latency + link bytes / bandwidth`` per instance and
+        layer (`collective_link_factor`): all-reduces under ``allreduce``, the expert-parallel
+        dispatch / combine / all-gather under ``expert_comm``. Estimated from the link's
+        figures, never measured."""
+        link, sm = self.allreduce_link, self.served
+        for o in sm.ops:
+            if o.kind != "collective":
+                continue
+            nbytes = t * o.act_bytes_per_token
+            factor = collective_link_factor(o, self.tp)
+            term = "expert_comm" if o.ep else "allreduce"
+            out[term] += (
+                o.count * sm.layers_of(o) * (factor * nbytes / link.bandwidth + link.latency)
+            )
 
     def _weight_read(self, op, tokens: float) -> float:
         """Weight bytes ``op`` reads in a step of ``tokens`` tokens: all of them, or for routed
-        experts those of the distinct experts the tokens touch (`expected_experts_touched`)."""
+        experts those of the distinct experts the tokens touch (`expected_experts_touched`;
+        with expert parallelism, the expected most any GPU touches, `ep_experts_touched`)."""
         if op.kind != "moe":
             return op.weight_bytes
+        if op.ep:
+            _, touched = ep_experts_touched(op.experts * op.ep, op.top_k, op.ep, tokens)
+            return op.weight_bytes * touched / op.experts
         touched = expected_experts_touched(op.experts, op.top_k, tokens, self.moe_routing_skew)
         return op.weight_bytes * touched / op.experts
 
     def describe(self) -> dict:
-        """Metadata for summary.json: kind, hardware, ceilings and the optimism warning."""
+        """Metadata for summary.json: kind, hardware, ceilings and the optimism warning (and,
+        with expert parallelism, its layout and the warning that its costs are estimates)."""
+        out = self._describe_base()
+        if self.expert_parallel:
+            out["expert_parallel"] = self.expert_parallel
+            out["warnings"].append(_EP_WARNINGS[self.expert_parallel])
+        return out
+
+    def _describe_base(self) -> dict:
         link = self.allreduce_link
         return {
             "kind": "roofline",
@@ -303,11 +349,32 @@ class RooflineLatencyModel:
         }
 
     def __repr__(self) -> str:
-        return f"RooflineLatencyModel({self.model.name!r}, {self.gpu.name!r}, tp={self.tp})"
+        ep = f", expert_parallel={self.expert_parallel!r}" if self.expert_parallel else ""
+        return f"RooflineLatencyModel({self.model.name!r}, {self.gpu.name!r}, tp={self.tp}{ep})"
 
 
 #: `breakdown` keys that are seconds (they sum to `step_time`)
-_TIME_TERMS = ("gemm", "attention", "elementwise", "lm_head", "allreduce", "overhead")
+_TIME_TERMS = ("gemm", "attention", "elementwise", "lm_head", "allreduce", "overhead",
+               "expert_comm")  # fmt: skip
+
+
+#: what `describe` says of each expert-parallel layout (`simulator.served.EP_MODES`)
+_EP_WARNINGS = {
+    "allreduce": "expert parallelism (vLLM --enable-expert-parallel at DP 1): the MoE all-reduce "
+    "is estimated from link bandwidth, not measured; the busiest GPU's expert load is the "
+    "normal approximation for uniform routing",
+    "all_to_all": "expert-parallel all-to-all estimated from link bandwidth, not measured "
+    "(dispatch, combine and all-gather per MoE layer); the busiest GPU's expert load is the "
+    "normal approximation for uniform routing",
+}
+
+
+def _ep_load(op, tokens: float) -> float:
+    """The busiest GPU's expert copies over the mean (>= 1) for an expert-parallel op: its
+    per-token figures are the mean share, the step waits for the expected max
+    (`ep_expert_tokens`)."""
+    mean, most = ep_expert_tokens(op.experts * op.ep, op.top_k, op.ep, tokens)
+    return most / mean if mean > 0 else 1.0
 
 
 def _elementwise_bytes_per_token(sm: ShardedModel) -> float:

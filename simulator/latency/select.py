@@ -94,8 +94,13 @@ def _label(table_dir: Path) -> str:
 
 
 def build_latency(
-    sec: Section, model: ModelSpec, gpu: GPUSpec, tp: int, where: str, base_dir, engine=None
-):
+    sec: Section, model: ModelSpec, gpu: GPUSpec, tp: int, where: str, base_dir, engine=None,
+    *, expert_parallel: str | None = None,
+):  # fmt: skip
+    """The latency model ``sec`` asks for (see the module docstring). With
+    ``expert_parallel`` (`simulator.served.EP_MODES`) only the roofline model applies: every
+    table timed experts split over TP, so ``profile`` or a named table is an error and ``auto``
+    falls back to the roofline model, saying why when a table for the TP layout exists."""
     kind = sec.str("model", "auto", choices=["auto", "profile", "roofline", "constant"])
     table = sec.str("table", None)
     overhead_ms = sec.num("step_overhead_ms", None, min=0)
@@ -110,7 +115,9 @@ def build_latency(
     if kind == "roofline":
         if table is not None:
             raise sec.error("table", "a table is only used with model: profile or auto")
-        return _roofline(model, gpu, tp, overhead_ms, where, sec.key("model"))
+        return _roofline(model, gpu, tp, overhead_ms, where, sec.key("model"), expert_parallel)
+    if expert_parallel:
+        return _ep_roofline(sec, kind, table, model, gpu, tp, overhead_ms, where, expert_parallel)
     shipped = default_table_dir(model, gpu, tp, engine) if table is None else None
     table_dir = shipped
     if table is None and shipped is None and model.precision != Precision():
@@ -153,9 +160,28 @@ def _bf16(model: ModelSpec) -> ModelSpec:
     return dataclasses.replace(model, weights="bf16", kv_cache_dtype="bf16")
 
 
-def _roofline(model, gpu, tp, overhead_ms, where, key):
+def _roofline(model, gpu, tp, overhead_ms, where, key, expert_parallel=None):
     overhead = DEFAULT_STEP_OVERHEAD_S if overhead_ms is None else overhead_ms / 1000.0
-    return RooflineLatencyModel(model, gpu, tp, overhead, where=where, key=key)
+    return RooflineLatencyModel(
+        model, gpu, tp, overhead, where=where, key=key, expert_parallel=expert_parallel
+    )
+
+
+def _ep_roofline(sec, kind, table, model, gpu, tp, overhead_ms, where, mode):
+    """`build_latency` for an expert-parallel layout: no table measured one (see there)."""
+    if kind == "profile" or table is not None:
+        raise sec.error(
+            "table" if table is not None else "model",
+            f"no profiled table measured expert parallelism ({mode}); use model: roofline or "
+            "auto (tables time experts split over TP)",
+        )
+    lat = _roofline(model, gpu, tp, overhead_ms, where, sec.key("model"), mode)
+    if default_table_dir(model, gpu, tp) is not None:
+        lat.fallback_reason = (
+            f"latency auto: the shipped table for {model.name} at tp{tp} timed experts split "
+            f"over TP, not expert parallelism ({mode}); using the roofline model"
+        )
+    return lat
 
 
 def _resolve(text: str, base_dir: Path) -> Path | None:
