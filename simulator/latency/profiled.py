@@ -70,10 +70,11 @@ from bisect import bisect_left
 
 from simulator.errors import ConfigError
 from simulator.latency import op_grids
+from simulator.latency.base import decode_run_times
 from simulator.latency.calibrate import STEP_STAT, WALL_PREFIX, calibrate, row_parts
 from simulator.latency.heldout import heldout_report
 from simulator.latency.interp import locate
-from simulator.latency.op_grids import ATTN_Q_TILE, graph_batch, waves
+from simulator.latency.op_grids import ATTN_Q_TILE, graph_batch, value_at, waves
 from simulator.latency.table import Table, load_table, uneven_weights
 
 # how far past the lognormal rows' longest context the spread interpolation extrapolates (in
@@ -100,6 +101,7 @@ class ProfileLatencyModel:
         self.warnings: list[str] = []
         self._warned: set[str] = set()
         self._fixed_cache: dict[tuple[int, bool], tuple] = {}
+        self._batch_cache: dict[int, tuple | None] = {}
         self._build_grids(table, model_spec, meta_path)
         self.base = 0.0
         self.mixed = 0.0
@@ -206,20 +208,19 @@ class ProfileLatencyModel:
     def _with_spread(self, b: float, k: float, kmax: float, ln: float, ev=None) -> float:
         """``ln`` (the lognormal-spread value at b, k) moved to the longest context ``kmax``;
         ``ev``: the equal-context value at b, k when the caller has it."""
-        r = self._spread.get(b)
-        if r is None:
-            w = uneven_weights(int(b))
-            r = self._spread[b] = b * w[-1] / sum(w)
         if ev is None:
             ev = self._dec_even.time(b, k)
         if ev >= ln:
             return ln
-        f = (kmax * b / k - 1.0) / (r - 1.0)
-        if f < 0.0:
-            f = 0.0
-        elif f > SPREAD_EXTRAP:
-            f = SPREAD_EXTRAP
-        return ev + (ln - ev) * f
+        return ev + (ln - ev) * _spread_weight(b, k, kmax, self._spread_ratio(b))
+
+    def _spread_ratio(self, b: float) -> float:
+        """Longest over mean context of the lognormal rows at batch b (memoized per b)."""
+        r = self._spread.get(b)
+        if r is None:
+            w = uneven_weights(int(b))
+            r = self._spread[b] = b * w[-1] / sum(w)
+        return r
 
     def _decode_time_ln(self, b: float, k: float) -> float:
         """One layer's decode attention for b sequences holding k keys in total, at the
@@ -390,6 +391,79 @@ class ProfileLatencyModel:
             hit = self._fixed_cache[key] = (fixed, t, col)
         return hit
 
+    def _decode_batch(self, n: int) -> tuple | None:
+        """What a decode-only step of ``n`` sequences costs apart from its contexts, for
+        `decode_run_times`, memoized per ``n``: (fixed part, lognormal `DecodeGrid.coeffs`,
+        equal-context coeffs or None (also at n = 1: one sequence has no spread), spread
+        ratio, graph batch, measured padded columns or None, the estimate's column or None,
+        whether n lies beyond the decode grid's batches). None when the padded batch is off
+        the table's batch grid without measured rows (`_padded_estimate`'s per-step path)."""
+        cache = self._batch_cache
+        if n in cache:
+            return cache[n]
+        fixed, t, col = self._decode_fixed(n, True)
+        cols = self._pad_cols.get(n) if t != n else None
+        hit = None
+        if t == n or cols is not None or col is not None:
+            even = self._dec_even
+            ev = even.memo_coeffs(n) if even is not None and n > 1 else None
+            ln = self._dec_grid.memo_coeffs(n)
+            hit = (fixed, ln, ev, self._spread_ratio(n), t, cols, col, n > self._dec_b[-1])
+        cache[n] = hit
+        return hit
+
+    def decode_run_times(
+        self, n: int, ctx: int, longest: int, k: int, start: float, until: float
+    ) -> list[float]:
+        """The step times of a decode-only run (`simulator.latency.base.decode_run_times`
+        says which steps): exactly `step_time`'s floats and warnings, step by step, from the
+        same expressions in the same order as `ops_time`'s decode path, with what depends only
+        on ``n`` looked up once (`_decode_batch`) and the mean context located once per grid
+        segment: the same index and weight `locate` gives, since the mean only grows."""
+        c = self._decode_batch(n) if n > 0 else None
+        if c is None:
+            return decode_run_times(self.step_time, n, ctx, longest, k, start, until)
+        fixed, ln_c, ev_c, r, t_pad, cols, col, wide = c
+        base, gamma, layers = self.base, self.gamma, self.layers
+        ms, kmax_all = self._dec_m, self._dec_kmax_all
+        last = len(ms) - 2
+        lo = hi = span = 0.0
+        j, out, t = 0, [], start
+        for _ in range(max(k, 1)):
+            if wide or ctx > kmax_all:
+                self._check_decode_grid(n, ctx)
+            x = ctx / n
+            if lo <= x < hi:
+                wm = (x - lo) / span
+            else:
+                j, wm, _ = locate(ms, x)
+                lo, span = ms[j], ms[j + 1] - ms[j]
+                hi = ms[j + 1] if j < last else math.inf
+            att = value_at(ln_c, j, wm)
+            spread = 1.0
+            if longest > 0 and ev_c is not None and att > 0.0:
+                ev = value_at(ev_c, j, wm)
+                adj = att
+                if ev < att:  # `_with_spread`
+                    adj = ev + (att - ev) * _spread_weight(n, ctx, longest, r)
+                spread = adj / att
+                att = adj
+            if t_pad != n:
+                if cols is not None:
+                    padded = self._padded_measured(cols, n, ctx, longest, j, wm)
+                else:
+                    padded = spread * self._padded_estimate(n, ctx, t_pad, col, j, wm)
+                if padded > att:
+                    att = padded
+            dt = base + gamma * (fixed + layers * att)
+            out.append(dt)
+            t += dt
+            ctx += n
+            longest += 1
+            if t >= until:
+                break
+        return out
+
     # ---- the public interface --------------------------------------------------------------
 
     def step_time(
@@ -466,6 +540,18 @@ class ProfileLatencyModel:
             "heldout": self.heldout,
             "warnings": list(self.warnings),
         }
+
+
+def _spread_weight(b: float, k: float, kmax: float, r: float) -> float:
+    """Where the longest context ``kmax`` of b sequences holding k keys lies between equal
+    contexts (0) and the lognormal rows' spread (1, their longest over mean being r), held
+    within [0, ``SPREAD_EXTRAP``] (`ProfileLatencyModel._with_spread`)."""
+    f = (kmax * b / k - 1.0) / (r - 1.0)
+    if f < 0.0:
+        return 0.0
+    if f > SPREAD_EXTRAP:
+        return SPREAD_EXTRAP
+    return f
 
 
 def _check_table_matches(table: Table, model_spec, tp: int, meta_path: str) -> None:
