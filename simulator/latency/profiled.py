@@ -74,7 +74,7 @@ from simulator.latency.base import decode_run_times
 from simulator.latency.calibrate import STEP_STAT, WALL_PREFIX, calibrate, row_parts
 from simulator.latency.heldout import heldout_report
 from simulator.latency.interp import locate
-from simulator.latency.op_grids import ATTN_Q_TILE, graph_batch, value_at, waves
+from simulator.latency.op_grids import ATTN_Q_TILE, graph_batch, waves
 from simulator.latency.table import Table, load_table, uneven_weights
 
 # how far past the lognormal rows' longest context the spread interpolation extrapolates (in
@@ -102,6 +102,7 @@ class ProfileLatencyModel:
         self._warned: set[str] = set()
         self._fixed_cache: dict[tuple[int, bool], tuple] = {}
         self._batch_cache: dict[int, tuple | None] = {}
+        self._chunk_shapes: dict[tuple, tuple] = {}
         self._build_grids(table, model_spec, meta_path)
         self.base = 0.0
         self.mixed = 0.0
@@ -194,16 +195,20 @@ class ProfileLatencyModel:
     def _decode_time(self, b: float, k: float, kmax: float = 0) -> float:
         """One layer's decode attention for b sequences holding k keys, the longest ``kmax``.
 
-        The lognormal-spread table (``_decode_time_ln``) unless the longest context is known
+        The lognormal-spread table (linear in mean context ``k / b`` along the grid's mean
+        contexts; between two grid batches geometric in ``b``, beyond the last proportional to
+        it: `op_grids.DecodeGrid`) unless the longest context is known
         (``kmax > 0``) and the table has equal-context rows: then linear in the longest context
         between the equal-context value (longest = mean) and the lognormal one (longest = the
         lognormal rows' longest, `uneven_weights`), extrapolated up to ``SPREAD_EXTRAP`` gaps
         beyond it and held there; never below the equal-context value.
         """
-        ln = self._decode_time_ln(b, k)
+        self._check_decode_grid(b, k)
+        j, wm, _ = locate(self._dec_m, k / b)  # both spreads' grids share the mean contexts
+        ln = self._dec_grid.time_at(b, j, wm)
         if kmax <= 0 or self._dec_even is None or b < 2:
             return ln
-        return self._with_spread(b, k, kmax, ln)
+        return self._with_spread(b, k, kmax, ln, self._dec_even.time_at(b, j, wm))
 
     def _with_spread(self, b: float, k: float, kmax: float, ln: float, ev=None) -> float:
         """``ln`` (the lognormal-spread value at b, k) moved to the longest context ``kmax``;
@@ -222,44 +227,36 @@ class ProfileLatencyModel:
             r = self._spread[b] = b * w[-1] / sum(w)
         return r
 
-    def _decode_time_ln(self, b: float, k: float) -> float:
-        """One layer's decode attention for b sequences holding k keys in total, at the
-        lognormal context spread of the table's ``uneven=1`` rows.
-
-        Linear in mean context ``k / b`` along the table's context grid; between two grid
-        batches, geometric in ``b``; beyond the last grid batch, proportional to ``b``. The
-        batch-dependent part is memoized per ``b`` (the hot path sees few distinct batches).
-        """
-        self._check_decode_grid(b, k)
-        return self._dec_grid.time(b, k)
-
     def _check_decode_grid(self, b: float, k: float) -> None:
         """Say once when a decode batch lies beyond the table's grid (it is extrapolated)."""
         if k > self._dec_kmax_all or b > self._dec_b[-1]:
             self._warn_once("decode", f"decode batch {b:.0f} / total context {k:.0f} beyond grid")
 
     def _prefill_time(self, s: float, tokens: float, attn: float) -> float:
-        """One layer's causal attention over s prompt chunks (tokens, attn pairs in total)."""
+        """One layer's causal attention over s prompt chunks (tokens, attn pairs in total).
+
+        What depends only on (s, tokens) is looked up once per shape (`_chunk_shape`); the rest
+        follows from the mean context before the chunks. The row above the sequence count's
+        grid row is only read when the result blends it in (s above the row's count).
+        """
         if s < 1:
             s = 1.0
         c = tokens / s
         ctx = attn / tokens - (c + 1) / 2
         if ctx < 0:
             ctx = 0.0
-        ss, cs, bs, cube = self._pre_s, self._pre_c, self._pre_b, self._pre
-        scale = 1.0
-        if s > ss[-1]:
-            scale = s / ss[-1]
-            s = ss[-1]
+        shape = self._chunk_shapes.get((s, tokens))
+        if shape is None:
+            shape = self._chunk_shapes[(s, tokens)] = self._chunk_shape(s, c)
+        scale, cc, c0, c1, rows, e = shape
+        cs = self._pre_c
         if c > cs[-1]:
             self._warn_once("chunk", f"prefill chunk {c:.0f} beyond the grid ({cs[-1]:.0f})")
             scale *= (c / cs[-1]) * (ctx + c / 2) / (ctx + cs[-1] / 2)
-            c = cs[-1]
+        bs = self._pre_b
         m, wb, outb = locate(bs, ctx)
         if outb:
             self._warn_once("context", f"prefill context {ctx:.0f} beyond the grid ({bs[-1]:.0f})")
-        j, _, _ = locate(cs, c)
-        i, _, _ = locate(ss, s)
         # where c lies between grid chunks c0 < c1, per grid row: wave-aware. A wave lasts
         # about as long as its longest key range (ctx + c), so the coordinate is
         # waves(s, c) * (ctx + c): a 700-token chunk (6 tiles of 128 per head, 2 waves at 32
@@ -267,31 +264,54 @@ class ProfileLatencyModel:
         # (4 tiles, 1 wave). The weight is a ratio of linear functions of ctx, hence monotone
         # in ctx; the larger of its values at ctx and at 0 keeps the result non-decreasing in
         # context. Without the GPU's SM count: log-log in c.
-        c0, c1 = cs[j], cs[j + 1]
-        tiles = -(-c // ATTN_Q_TILE) * self._heads  # query-tile CTAs of one chunk (as waves)
         out = []
-        for ii in (i, i + 1):
-            r0, r1 = cube[ii][j], cube[ii][j + 1]
+        for r0, r1, wv, w0, w1, w in rows:
             v0 = r0[m] + (r0[m + 1] - r0[m]) * wb
             v1 = r1[m] + (r1[m + 1] - r1[m]) * wb
+            if wv:
+                f0 = w0 * (ctx + c0)
+                wc = (wv * (ctx + cc) - f0) / (w1 * (ctx + c1) - f0)
+                w = wc if wc > w else w
+                w = w if w < 1.0 else 1.0
+            out.append(v0 + (v1 - v0) * w)
+        lo = out[0]
+        if e is None or lo <= 0:
+            return scale * lo
+        return scale * lo * (out[1] / lo) ** e
+
+    def _chunk_shape(self, s: float, c: float) -> tuple:
+        """What `_prefill_time` needs of s chunks of mean length c apart from their context:
+        (the scale for s beyond the grid's counts, c held at the grid's longest chunk, the grid
+        chunks c0 <= c < c1 around it, per grid row used (one, or two when s lies between
+        rows): (chunk rows at c0 and c1, the waves of s chunks of c or 0 when the weight is
+        fixed, the waves at c0 and c1, the weight or its token-only part), the exponent of the
+        geometric blend between rows or None)."""
+        ss, cs, cube = self._pre_s, self._pre_c, self._pre
+        scale = 1.0
+        if s > ss[-1]:
+            scale = s / ss[-1]
+            s = ss[-1]
+        if c > cs[-1]:
+            c = cs[-1]
+        j, _, _ = locate(cs, c)
+        i, _, _ = locate(ss, s)
+        c0, c1 = cs[j], cs[j + 1]
+        s0, s1 = ss[i], ss[i + 1]
+        e = None if s <= s0 else math.log(s / s0) / math.log(s1 / s0)
+        tiles = -(-c // ATTN_Q_TILE) * self._heads  # query-tile CTAs of one chunk (as waves)
+        rows = []
+        for ii in (i,) if e is None else (i, i + 1):
+            wv = w0 = w1 = 0
             if c <= c0:
                 w = 0.0
             elif self._sms:
                 wv = -(-int(ss[ii] * tiles) // self._sms)
                 w0, w1 = self._pre_w[ii][j], self._pre_w[ii][j + 1]
                 w = (wv * c - w0 * c0) / (w1 * c1 - w0 * c0)
-                f0 = w0 * (ctx + c0)
-                wc = (wv * (ctx + c) - f0) / (w1 * (ctx + c1) - f0)
-                w = wc if wc > w else w
-                w = w if w < 1.0 else 1.0
             else:
                 w = math.log(c / c0) / math.log(c1 / c0)
-            out.append(v0 + (v1 - v0) * w)
-        s0, s1 = ss[i], ss[i + 1]
-        lo, hi = out
-        if s <= s0 or lo <= 0:
-            return scale * lo
-        return scale * lo * (hi / lo) ** (math.log(s / s0) / math.log(s1 / s0))
+            rows.append((cube[ii][j], cube[ii][j + 1], wv, w0, w1, w))
+        return scale, c, c0, c1, rows, e
 
     def ops_time(
         self,
@@ -392,38 +412,88 @@ class ProfileLatencyModel:
         return hit
 
     def _decode_batch(self, n: int) -> tuple | None:
-        """What a decode-only step of ``n`` sequences costs apart from its contexts, for
-        `decode_run_times`, memoized per ``n``: (fixed part, lognormal `DecodeGrid.coeffs`,
-        equal-context coeffs or None (also at n = 1: one sequence has no spread), spread
-        ratio, graph batch, measured padded columns or None, the estimate's column or None,
-        whether n lies beyond the decode grid's batches). None when the padded batch is off
-        the table's batch grid without measured rows (`_padded_estimate`'s per-step path)."""
+        """What `decode_run_times` needs of a decode-only step of ``n`` sequences, memoized per
+        ``n``: (the fixed part, `_run_attention`'s function, whether n lies beyond the decode
+        grid's batches); None when the padded batch is off the table's batch grid without
+        measured rows (then the run goes step by step)."""
         cache = self._batch_cache
         if n in cache:
             return cache[n]
         fixed, t, col = self._decode_fixed(n, True)
-        cols = self._pad_cols.get(n) if t != n else None
-        hit = None
-        if t == n or cols is not None or col is not None:
-            even = self._dec_even
-            ev = even.memo_coeffs(n) if even is not None and n > 1 else None
-            ln = self._dec_grid.memo_coeffs(n)
-            hit = (fixed, ln, ev, self._spread_ratio(n), t, cols, col, n > self._dec_b[-1])
+        attention = self._run_attention(n, t, col)
+        hit = None if attention is None else (fixed, attention, n > self._dec_b[-1])
         cache[n] = hit
         return hit
+
+    def _run_attention(self, n: int, t: int, col):
+        """``attention(ctx, longest, j, wm)``: one layer's decode attention of a decode-only
+        step of ``n`` sequences (graph batch ``t``, the table's column there ``col``) holding
+        ``ctx`` keys, the longest ``longest``, the mean context located on the grid at (j, wm):
+        `ops_time`'s decode path with everything that depends only on ``n`` bound once. The
+        same expressions in the same order (`DecodeGrid.time_at` and `value_at` per spread,
+        `_with_spread`, `_padded_measured`, `_padded_estimate`), so the same floats; the spread
+        weight is computed once a step for both spreads (same inputs, same float)."""
+        cols = self._pad_cols.get(n) if t != n else None
+        if t != n and cols is None and col is None:
+            return None
+        lk, l0, l1, le = self._dec_grid.memo_coeffs(n)
+        even = self._dec_even
+        ek, e0, e1, ee = even.memo_coeffs(n) if even is not None and n > 1 else (-1, 0, 0, 0)
+        r = self._spread_ratio(n)
+        cl, ce = cols if cols is not None else (None, None)
+        estimate = self._padded_estimate if t != n and cols is None else None
+
+        def attention(ctx: int, longest: int, j: int, wm: float) -> float:
+            att = l0[j] + (l0[j + 1] - l0[j]) * wm  # value_at, lognormal spread
+            if lk:
+                hi = l1[j] + (l1[j + 1] - l1[j]) * wm
+                if lk == 1:
+                    att = hi * le
+                elif att > 0.0:
+                    att = att * (hi / att) ** le
+            f, spread = -1.0, 1.0
+            if longest > 0 and ek >= 0 and att > 0.0:
+                ev = e0[j] + (e0[j + 1] - e0[j]) * wm  # value_at, equal contexts
+                if ek:
+                    hi = e1[j] + (e1[j + 1] - e1[j]) * wm
+                    if ek == 1:
+                        ev = hi * ee
+                    elif ev > 0.0:
+                        ev = ev * (hi / ev) ** ee
+                adj = att
+                if ev < att:  # _with_spread
+                    f = _spread_weight(n, ctx, longest, r)
+                    adj = ev + (att - ev) * f
+                spread = adj / att
+                att = adj
+            if cl is not None:  # _padded_measured
+                p = cl[j] + (cl[j + 1] - cl[j]) * wm
+                if longest > 0 and ce is not None and p > 0.0:
+                    pe = ce[j] + (ce[j + 1] - ce[j]) * wm
+                    if pe < p:
+                        if f < 0.0:
+                            f = _spread_weight(n, ctx, longest, r)
+                        p = pe + (p - pe) * f
+                return p if p > att else att
+            if estimate is not None:
+                p = spread * estimate(n, ctx, t, col, j, wm)
+                return p if p > att else att
+            return att
+
+        return attention
 
     def decode_run_times(
         self, n: int, ctx: int, longest: int, k: int, start: float, until: float
     ) -> list[float]:
         """The step times of a decode-only run (`simulator.latency.base.decode_run_times`
-        says which steps): exactly `step_time`'s floats and warnings, step by step, from the
-        same expressions in the same order as `ops_time`'s decode path, with what depends only
-        on ``n`` looked up once (`_decode_batch`) and the mean context located once per grid
-        segment: the same index and weight `locate` gives, since the mean only grows."""
+        says which steps): exactly `step_time`'s floats and warnings, step by step, with what
+        depends only on ``n`` bound once (`_decode_batch`) and the mean context located once
+        per grid segment (the mean only grows; within a segment `locate` would return the same
+        index, and the weight is its expression)."""
         c = self._decode_batch(n) if n > 0 else None
         if c is None:
             return decode_run_times(self.step_time, n, ctx, longest, k, start, until)
-        fixed, ln_c, ev_c, r, t_pad, cols, col, wide = c
+        fixed, attention, wide = c
         base, gamma, layers = self.base, self.gamma, self.layers
         ms, kmax_all = self._dec_m, self._dec_kmax_all
         last = len(ms) - 2
@@ -439,23 +509,7 @@ class ProfileLatencyModel:
                 j, wm, _ = locate(ms, x)
                 lo, span = ms[j], ms[j + 1] - ms[j]
                 hi = ms[j + 1] if j < last else math.inf
-            att = value_at(ln_c, j, wm)
-            spread = 1.0
-            if longest > 0 and ev_c is not None and att > 0.0:
-                ev = value_at(ev_c, j, wm)
-                adj = att
-                if ev < att:  # `_with_spread`
-                    adj = ev + (att - ev) * _spread_weight(n, ctx, longest, r)
-                spread = adj / att
-                att = adj
-            if t_pad != n:
-                if cols is not None:
-                    padded = self._padded_measured(cols, n, ctx, longest, j, wm)
-                else:
-                    padded = spread * self._padded_estimate(n, ctx, t_pad, col, j, wm)
-                if padded > att:
-                    att = padded
-            dt = base + gamma * (fixed + layers * att)
+            dt = base + gamma * (fixed + layers * attention(ctx, longest, j, wm))
             out.append(dt)
             t += dt
             ctx += n
