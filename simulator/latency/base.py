@@ -75,14 +75,23 @@ def decode_run_times(
 
     Step i (from 0) decodes ``n`` sequences holding ``ctx + i * n`` keys, the longest
     ``longest + i``. The run has at most ``max(k, 1)`` steps and ends with the first step whose
-    end is at or after ``until``, ends being ``start`` plus the step times added one by one in
-    order (the replica's clock; float addition is not associative, so the order is part of the
-    contract). Fast implementations (``decode_run_times`` methods) must match this exactly.
+    end is at or after ``until`` (`run_times`). Fast implementations (``decode_run_times``
+    methods) must return exactly these floats.
     """
+    return run_times(lambda c, m: step_time(0, 0.0, 0, n, c, m), n, ctx, longest, k, start, until)
+
+
+def run_times(
+    time_of, n: int, ctx: int, longest: int, k: int, start: float, until: float
+) -> list[float]:
+    """`decode_run_times` with the step's time given as ``time_of(ctx, longest)``: at most
+    ``max(k, 1)`` steps, ending with the first whose end is at or after ``until``, ends being
+    ``start`` plus the step times added one by one in order (the replica's clock; float
+    addition is not associative, so the order is part of the contract)."""
     out = []
     t = start
     for _ in range(max(k, 1)):
-        dt = step_time(0, 0.0, 0, n, ctx, longest)
+        dt = time_of(ctx, longest)
         out.append(dt)
         t += dt
         ctx += n

@@ -70,7 +70,7 @@ from bisect import bisect_left
 
 from simulator.errors import ConfigError
 from simulator.latency import op_grids
-from simulator.latency.base import decode_run_times
+from simulator.latency.base import decode_run_times, run_times
 from simulator.latency.calibrate import STEP_STAT, WALL_PREFIX, calibrate, row_parts
 from simulator.latency.heldout import heldout_report
 from simulator.latency.interp import locate
@@ -101,7 +101,7 @@ class ProfileLatencyModel:
         self.warnings: list[str] = []
         self._warned: set[str] = set()
         self._fixed_cache: dict[tuple[int, bool], tuple] = {}
-        self._batch_cache: dict[int, tuple | None] = {}
+        self._decode_steps: dict[int, object] = {}  # `_decode_step` per batch size
         self._chunk_shapes: dict[tuple, tuple] = {}
         self._build_grids(table, model_spec, meta_path)
         self.base = 0.0
@@ -411,19 +411,37 @@ class ProfileLatencyModel:
             hit = self._fixed_cache[key] = (fixed, t, col)
         return hit
 
-    def _decode_batch(self, n: int) -> tuple | None:
-        """What `decode_run_times` needs of a decode-only step of ``n`` sequences, memoized per
-        ``n``: (the fixed part, `_run_attention`'s function, whether n lies beyond the decode
-        grid's batches); None when the padded batch is off the table's batch grid without
-        measured rows (then the run goes step by step)."""
-        cache = self._batch_cache
-        if n in cache:
-            return cache[n]
+    def _decode_step(self, n: int):
+        """``time_of(ctx, longest)``: the time of a decode-only step of ``n`` sequences holding
+        ``ctx`` keys, the longest ``longest``, with what depends only on ``n`` bound once (the
+        fixed part, `_run_attention`'s function); None when the padded batch is off the
+        table's batch grid without measured rows (then runs go step by step). The mean
+        context's grid segment is kept between calls: while the mean stays in it, `locate`
+        would return the same index, and the weight is its expression. Built after
+        calibration (`fit` drops them), so ``base`` and ``gamma`` are bound too."""
         fixed, t, col = self._decode_fixed(n, True)
         attention = self._run_attention(n, t, col)
-        hit = None if attention is None else (fixed, attention, n > self._dec_b[-1])
-        cache[n] = hit
-        return hit
+        if attention is None:
+            return None
+        base, gamma, layers = self.base, self.gamma, self.layers
+        ms, kmax_all, wide = self._dec_m, self._dec_kmax_all, n > self._dec_b[-1]
+        check, last = self._check_decode_grid, len(ms) - 2
+        j, lo, hi, span = 0, 0.0, 0.0, 0.0
+
+        def time_of(ctx: int, longest: int) -> float:
+            nonlocal j, lo, hi, span
+            if wide or ctx > kmax_all:
+                check(n, ctx)
+            x = ctx / n
+            if lo <= x < hi:
+                wm = (x - lo) / span
+            else:
+                j, wm, _ = locate(ms, x)
+                lo, span = ms[j], ms[j + 1] - ms[j]
+                hi = ms[j + 1] if j < last else math.inf
+            return base + gamma * (fixed + layers * attention(ctx, longest, j, wm))
+
+        return time_of
 
     def _run_attention(self, n: int, t: int, col):
         """``attention(ctx, longest, j, wm)``: one layer's decode attention of a decode-only
@@ -486,37 +504,15 @@ class ProfileLatencyModel:
         self, n: int, ctx: int, longest: int, k: int, start: float, until: float
     ) -> list[float]:
         """The step times of a decode-only run (`simulator.latency.base.decode_run_times`
-        says which steps): exactly `step_time`'s floats and warnings, step by step, with what
-        depends only on ``n`` bound once (`_decode_batch`) and the mean context located once
-        per grid segment (the mean only grows; within a segment `locate` would return the same
-        index, and the weight is its expression)."""
-        c = self._decode_batch(n) if n > 0 else None
-        if c is None:
+        says which steps): exactly `step_time`'s floats and warnings, step by step, through
+        the batch's `_decode_step` function (memoized per ``n``)."""
+        steps = self._decode_steps
+        time_of = steps.get(n, False)
+        if time_of is False:
+            time_of = steps[n] = self._decode_step(n) if n > 0 else None
+        if time_of is None:
             return decode_run_times(self.step_time, n, ctx, longest, k, start, until)
-        fixed, attention, wide = c
-        base, gamma, layers = self.base, self.gamma, self.layers
-        ms, kmax_all = self._dec_m, self._dec_kmax_all
-        last = len(ms) - 2
-        lo = hi = span = 0.0
-        j, out, t = 0, [], start
-        for _ in range(max(k, 1)):
-            if wide or ctx > kmax_all:
-                self._check_decode_grid(n, ctx)
-            x = ctx / n
-            if lo <= x < hi:
-                wm = (x - lo) / span
-            else:
-                j, wm, _ = locate(ms, x)
-                lo, span = ms[j], ms[j + 1] - ms[j]
-                hi = ms[j + 1] if j < last else math.inf
-            dt = base + gamma * (fixed + layers * attention(ctx, longest, j, wm))
-            out.append(dt)
-            t += dt
-            ctx += n
-            longest += 1
-            if t >= until:
-                break
-        return out
+        return run_times(time_of, n, ctx, longest, k, start, until)
 
     # ---- the public interface --------------------------------------------------------------
 
@@ -555,6 +551,7 @@ class ProfileLatencyModel:
             return
         self.fit_info = calibrate(self, train)
         self.heldout = heldout_report(self, test)
+        self._decode_steps.clear()  # they bind base and gamma
 
     def measured_column(self, stat: str = STEP_STAT) -> str:
         """The steps.csv column of ``stat`` on the clock (``step_clock``) the model is fitted to."""
