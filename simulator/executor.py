@@ -7,9 +7,10 @@ on a GPU and returns the measured time, so one policy code path drives both.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
-from simulator.latency.base import StepLatencyModel
+from simulator.latency.base import StepLatencyModel, decode_run_times
 from simulator.plan import StepPlan
 
 if TYPE_CHECKING:
@@ -41,6 +42,11 @@ class SimulatedExecutor:
     def __init__(self, latency: StepLatencyModel):
         self.latency = latency
         self.step_time = latency.step_time
+        #: the times of a precomputed decode run (`simulator.latency.base.decode_run_times`):
+        #: the model's own when it has one, else one ``step_time`` call a step
+        self.decode_run_times = getattr(latency, "decode_run_times", None) or partial(
+            decode_run_times, latency.step_time
+        )
         self.launch_s = getattr(latency, "launch_s", None)
         self._waited = 0.0
 

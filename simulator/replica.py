@@ -23,11 +23,13 @@ import math
 from array import array
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 
 import simpy
 
 from simulator.decode import DecodeSet
 from simulator.executor import StepExecutor
+from simulator.latency.base import decode_run_times
 from simulator.plan import StepPlan
 from simulator.request import Request, Status
 from simulator.steplog import CHUNK, StepLog
@@ -57,6 +59,13 @@ class Replica:
         self._extend_group = getattr(kv, "extend_group", None)
         self.executor = executor
         self.coalesce = coalesce and executor.can_precompute and policy.coalescable
+        #: a decode run's step times (`simulator.latency.base.decode_run_times`), computed once
+        #: per run: the executor's, or one ``step_time`` call a step (only when coalescing)
+        self._decode_run_times = None
+        if self.coalesce:
+            self._decode_run_times = getattr(executor, "decode_run_times", None) or partial(
+                decode_run_times, executor.step_time
+            )
         self.next_external_s = next_external_s or (lambda: math.inf)
         self.on_finish = on_finish
         #: P/D disaggregation: called (instead of joining the decode set) when a request emits its
@@ -379,22 +388,16 @@ class Replica:
         horizon = self.next_external_s()
         if wake_at is not None:
             horizon = min(horizon, wake_at)
-        step_time = self.executor.step_time
-        ctx = d.decode_ctx()
-        longest = d.decode_max()
         t = start
         run = []
         if self._reads is not None:
             self._plan_read_run(run, t, k, horizon)
         else:
-            for _ in range(max(k, 1)):
-                dt = step_time(0, 0.0, 0, n, ctx, longest)
+            ctx = d.decode_ctx()
+            for dt in self._decode_run_times(n, ctx, d.decode_max(), k, t, horizon):
                 run.append((t, dt, ctx, ctx))
                 t += dt
                 ctx += n
-                longest += 1
-                if t >= horizon:
-                    break
         self._run = run
         self._run_next = 0
 

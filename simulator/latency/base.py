@@ -21,6 +21,13 @@ non-decreasing in every feature. Times are seconds.
 
 The call is made once per simulated step (hundreds of thousands of times per run), so it takes
 plain numbers, not an object.
+
+Decode runs. A replica precomputes runs of decode-only steps (`Replica._plan_decode_run`) in
+which every member gains one token of context per step. A model may offer
+``decode_run_times(n, ctx, longest, k, start, until)`` for them (same arguments and result as
+`decode_run_times` below) to look up what depends only on the batch size once per run; it must
+return exactly the floats ``step_time`` would, step by step, and raise the same warnings at the
+same steps. Models without it are called through `decode_run_times` (one ``step_time`` a step).
 """
 
 from __future__ import annotations
@@ -59,3 +66,36 @@ class StepLatencyModel(Protocol):
 def chunk_attn_pairs(chunk: int, context_before: int) -> float:
     """Causal (query, key) pairs of a prompt chunk of ``chunk`` tokens after ``context_before``."""
     return chunk * (context_before + (chunk + 1) / 2)
+
+
+def decode_run_times(
+    step_time, n: int, ctx: int, longest: int, k: int, start: float, until: float
+) -> list[float]:
+    """Times of a run of decode-only steps, one ``step_time(0, 0.0, 0, n, ...)`` call a step.
+
+    Step i (from 0) decodes ``n`` sequences holding ``ctx + i * n`` keys, the longest
+    ``longest + i``. The run has at most ``max(k, 1)`` steps and ends with the first step whose
+    end is at or after ``until`` (`run_times`). Fast implementations (``decode_run_times``
+    methods) must return exactly these floats.
+    """
+    return run_times(lambda c, m: step_time(0, 0.0, 0, n, c, m), n, ctx, longest, k, start, until)
+
+
+def run_times(
+    time_of, n: int, ctx: int, longest: int, k: int, start: float, until: float
+) -> list[float]:
+    """`decode_run_times` with the step's time given as ``time_of(ctx, longest)``: at most
+    ``max(k, 1)`` steps, ending with the first whose end is at or after ``until``, ends being
+    ``start`` plus the step times added one by one in order (the replica's clock; float
+    addition is not associative, so the order is part of the contract)."""
+    out = []
+    t = start
+    for _ in range(max(k, 1)):
+        dt = time_of(ctx, longest)
+        out.append(dt)
+        t += dt
+        ctx += n
+        longest += 1
+        if t >= until:
+            break
+    return out

@@ -200,16 +200,29 @@ class DecodeGrid:
         c = self.memo.get(b)
         if c is None:
             c = self.memo[b] = self.coeffs(b)
-        kind, lo_c, hi_c, e = c
-        lo = lo_c[j] + (lo_c[j + 1] - lo_c[j]) * wm
-        if kind == 0:
-            return lo
-        hi = hi_c[j] + (hi_c[j + 1] - hi_c[j]) * wm
-        if kind == 1:
-            return hi * e
-        if lo <= 0.0:
-            return lo
-        return lo * (hi / lo) ** e
+        return value_at(c, j, wm)
+
+    def memo_coeffs(self, b: float) -> tuple:
+        """`coeffs` of batch b, memoized (what `time_at` uses)."""
+        c = self.memo.get(b)
+        if c is None:
+            c = self.memo[b] = self.coeffs(b)
+        return c
+
+
+def value_at(c: tuple, j: int, wm: float) -> float:
+    """A `DecodeGrid`'s value for the batch whose `DecodeGrid.coeffs` are ``c``, at the mean
+    context located on its ``ms`` (index j, weight wm)."""
+    kind, lo_c, hi_c, e = c
+    lo = lo_c[j] + (lo_c[j + 1] - lo_c[j]) * wm
+    if kind == 0:
+        return lo
+    hi = hi_c[j] + (hi_c[j + 1] - hi_c[j]) * wm
+    if kind == 1:
+        return hi * e
+    if lo <= 0.0:
+        return lo
+    return lo * (hi / lo) ** e
 
 
 def padded_columns(rows: list[dict], lognormal: DecodeGrid, equal: DecodeGrid | None) -> dict:

@@ -70,6 +70,7 @@ from bisect import bisect_left
 
 from simulator.errors import ConfigError
 from simulator.latency import op_grids
+from simulator.latency.base import decode_run_times, run_times
 from simulator.latency.calibrate import STEP_STAT, WALL_PREFIX, calibrate, row_parts
 from simulator.latency.heldout import heldout_report
 from simulator.latency.interp import locate
@@ -100,6 +101,8 @@ class ProfileLatencyModel:
         self.warnings: list[str] = []
         self._warned: set[str] = set()
         self._fixed_cache: dict[tuple[int, bool], tuple] = {}
+        self._decode_steps: dict[int, object] = {}  # `_decode_step` per batch size
+        self._chunk_shapes: dict[tuple, tuple] = {}
         self._build_grids(table, model_spec, meta_path)
         self.base = 0.0
         self.mixed = 0.0
@@ -192,45 +195,37 @@ class ProfileLatencyModel:
     def _decode_time(self, b: float, k: float, kmax: float = 0) -> float:
         """One layer's decode attention for b sequences holding k keys, the longest ``kmax``.
 
-        The lognormal-spread table (``_decode_time_ln``) unless the longest context is known
+        The lognormal-spread table (linear in mean context ``k / b`` along the grid's mean
+        contexts; between two grid batches geometric in ``b``, beyond the last proportional to
+        it: `op_grids.DecodeGrid`) unless the longest context is known
         (``kmax > 0``) and the table has equal-context rows: then linear in the longest context
         between the equal-context value (longest = mean) and the lognormal one (longest = the
         lognormal rows' longest, `uneven_weights`), extrapolated up to ``SPREAD_EXTRAP`` gaps
         beyond it and held there; never below the equal-context value.
         """
-        ln = self._decode_time_ln(b, k)
+        self._check_decode_grid(b, k)
+        j, wm, _ = locate(self._dec_m, k / b)  # both spreads' grids share the mean contexts
+        ln = self._dec_grid.time_at(b, j, wm)
         if kmax <= 0 or self._dec_even is None or b < 2:
             return ln
-        return self._with_spread(b, k, kmax, ln)
+        return self._with_spread(b, k, kmax, ln, self._dec_even.time_at(b, j, wm))
 
     def _with_spread(self, b: float, k: float, kmax: float, ln: float, ev=None) -> float:
         """``ln`` (the lognormal-spread value at b, k) moved to the longest context ``kmax``;
         ``ev``: the equal-context value at b, k when the caller has it."""
-        r = self._spread.get(b)
-        if r is None:
-            w = uneven_weights(int(b))
-            r = self._spread[b] = b * w[-1] / sum(w)
         if ev is None:
             ev = self._dec_even.time(b, k)
         if ev >= ln:
             return ln
-        f = (kmax * b / k - 1.0) / (r - 1.0)
-        if f < 0.0:
-            f = 0.0
-        elif f > SPREAD_EXTRAP:
-            f = SPREAD_EXTRAP
-        return ev + (ln - ev) * f
+        return ev + (ln - ev) * _spread_weight(b, k, kmax, self._spread_ratio(b))
 
-    def _decode_time_ln(self, b: float, k: float) -> float:
-        """One layer's decode attention for b sequences holding k keys in total, at the
-        lognormal context spread of the table's ``uneven=1`` rows.
-
-        Linear in mean context ``k / b`` along the table's context grid; between two grid
-        batches, geometric in ``b``; beyond the last grid batch, proportional to ``b``. The
-        batch-dependent part is memoized per ``b`` (the hot path sees few distinct batches).
-        """
-        self._check_decode_grid(b, k)
-        return self._dec_grid.time(b, k)
+    def _spread_ratio(self, b: float) -> float:
+        """Longest over mean context of the lognormal rows at batch b (memoized per b)."""
+        r = self._spread.get(b)
+        if r is None:
+            w = uneven_weights(int(b))
+            r = self._spread[b] = b * w[-1] / sum(w)
+        return r
 
     def _check_decode_grid(self, b: float, k: float) -> None:
         """Say once when a decode batch lies beyond the table's grid (it is extrapolated)."""
@@ -238,27 +233,30 @@ class ProfileLatencyModel:
             self._warn_once("decode", f"decode batch {b:.0f} / total context {k:.0f} beyond grid")
 
     def _prefill_time(self, s: float, tokens: float, attn: float) -> float:
-        """One layer's causal attention over s prompt chunks (tokens, attn pairs in total)."""
+        """One layer's causal attention over s prompt chunks (tokens, attn pairs in total).
+
+        What depends only on (s, tokens) is looked up once per shape (`_chunk_shape`); the rest
+        follows from the mean context before the chunks. The row above the sequence count's
+        grid row is only read when the result blends it in (s above the row's count).
+        """
         if s < 1:
             s = 1.0
         c = tokens / s
         ctx = attn / tokens - (c + 1) / 2
         if ctx < 0:
             ctx = 0.0
-        ss, cs, bs, cube = self._pre_s, self._pre_c, self._pre_b, self._pre
-        scale = 1.0
-        if s > ss[-1]:
-            scale = s / ss[-1]
-            s = ss[-1]
+        shape = self._chunk_shapes.get((s, tokens))
+        if shape is None:
+            shape = self._chunk_shapes[(s, tokens)] = self._chunk_shape(s, c)
+        scale, cc, c0, c1, rows, e = shape
+        cs = self._pre_c
         if c > cs[-1]:
             self._warn_once("chunk", f"prefill chunk {c:.0f} beyond the grid ({cs[-1]:.0f})")
             scale *= (c / cs[-1]) * (ctx + c / 2) / (ctx + cs[-1] / 2)
-            c = cs[-1]
+        bs = self._pre_b
         m, wb, outb = locate(bs, ctx)
         if outb:
             self._warn_once("context", f"prefill context {ctx:.0f} beyond the grid ({bs[-1]:.0f})")
-        j, _, _ = locate(cs, c)
-        i, _, _ = locate(ss, s)
         # where c lies between grid chunks c0 < c1, per grid row: wave-aware. A wave lasts
         # about as long as its longest key range (ctx + c), so the coordinate is
         # waves(s, c) * (ctx + c): a 700-token chunk (6 tiles of 128 per head, 2 waves at 32
@@ -266,31 +264,54 @@ class ProfileLatencyModel:
         # (4 tiles, 1 wave). The weight is a ratio of linear functions of ctx, hence monotone
         # in ctx; the larger of its values at ctx and at 0 keeps the result non-decreasing in
         # context. Without the GPU's SM count: log-log in c.
-        c0, c1 = cs[j], cs[j + 1]
-        tiles = -(-c // ATTN_Q_TILE) * self._heads  # query-tile CTAs of one chunk (as waves)
         out = []
-        for ii in (i, i + 1):
-            r0, r1 = cube[ii][j], cube[ii][j + 1]
+        for r0, r1, wv, w0, w1, w in rows:
             v0 = r0[m] + (r0[m + 1] - r0[m]) * wb
             v1 = r1[m] + (r1[m + 1] - r1[m]) * wb
+            if wv:
+                f0 = w0 * (ctx + c0)
+                wc = (wv * (ctx + cc) - f0) / (w1 * (ctx + c1) - f0)
+                w = wc if wc > w else w
+                w = w if w < 1.0 else 1.0
+            out.append(v0 + (v1 - v0) * w)
+        lo = out[0]
+        if e is None or lo <= 0:
+            return scale * lo
+        return scale * lo * (out[1] / lo) ** e
+
+    def _chunk_shape(self, s: float, c: float) -> tuple:
+        """What `_prefill_time` needs of s chunks of mean length c apart from their context:
+        (the scale for s beyond the grid's counts, c held at the grid's longest chunk, the grid
+        chunks c0 <= c < c1 around it, per grid row used (one, or two when s lies between
+        rows): (chunk rows at c0 and c1, the waves of s chunks of c or 0 when the weight is
+        fixed, the waves at c0 and c1, the weight or its token-only part), the exponent of the
+        geometric blend between rows or None)."""
+        ss, cs, cube = self._pre_s, self._pre_c, self._pre
+        scale = 1.0
+        if s > ss[-1]:
+            scale = s / ss[-1]
+            s = ss[-1]
+        if c > cs[-1]:
+            c = cs[-1]
+        j, _, _ = locate(cs, c)
+        i, _, _ = locate(ss, s)
+        c0, c1 = cs[j], cs[j + 1]
+        s0, s1 = ss[i], ss[i + 1]
+        e = None if s <= s0 else math.log(s / s0) / math.log(s1 / s0)
+        tiles = -(-c // ATTN_Q_TILE) * self._heads  # query-tile CTAs of one chunk (as waves)
+        rows = []
+        for ii in (i,) if e is None else (i, i + 1):
+            wv = w0 = w1 = 0
             if c <= c0:
                 w = 0.0
             elif self._sms:
                 wv = -(-int(ss[ii] * tiles) // self._sms)
                 w0, w1 = self._pre_w[ii][j], self._pre_w[ii][j + 1]
                 w = (wv * c - w0 * c0) / (w1 * c1 - w0 * c0)
-                f0 = w0 * (ctx + c0)
-                wc = (wv * (ctx + c) - f0) / (w1 * (ctx + c1) - f0)
-                w = wc if wc > w else w
-                w = w if w < 1.0 else 1.0
             else:
                 w = math.log(c / c0) / math.log(c1 / c0)
-            out.append(v0 + (v1 - v0) * w)
-        s0, s1 = ss[i], ss[i + 1]
-        lo, hi = out
-        if s <= s0 or lo <= 0:
-            return scale * lo
-        return scale * lo * (hi / lo) ** (math.log(s / s0) / math.log(s1 / s0))
+            rows.append((cube[ii][j], cube[ii][j + 1], wv, w0, w1, w))
+        return scale, c, c0, c1, rows, e
 
     def ops_time(
         self,
@@ -390,6 +411,109 @@ class ProfileLatencyModel:
             hit = self._fixed_cache[key] = (fixed, t, col)
         return hit
 
+    def _decode_step(self, n: int):
+        """``time_of(ctx, longest)``: the time of a decode-only step of ``n`` sequences holding
+        ``ctx`` keys, the longest ``longest``, with what depends only on ``n`` bound once (the
+        fixed part, `_run_attention`'s function); None when the padded batch is off the
+        table's batch grid without measured rows (then runs go step by step). The mean
+        context's grid segment is kept between calls: while the mean stays in it, `locate`
+        would return the same index, and the weight is its expression. Built after
+        calibration (`fit` drops them), so ``base`` and ``gamma`` are bound too."""
+        fixed, t, col = self._decode_fixed(n, True)
+        attention = self._run_attention(n, t, col)
+        if attention is None:
+            return None
+        base, gamma, layers = self.base, self.gamma, self.layers
+        ms, kmax_all, wide = self._dec_m, self._dec_kmax_all, n > self._dec_b[-1]
+        check, last = self._check_decode_grid, len(ms) - 2
+        j, lo, hi, span = 0, 0.0, 0.0, 0.0
+
+        def time_of(ctx: int, longest: int) -> float:
+            nonlocal j, lo, hi, span
+            if wide or ctx > kmax_all:
+                check(n, ctx)
+            x = ctx / n
+            if lo <= x < hi:
+                wm = (x - lo) / span
+            else:
+                j, wm, _ = locate(ms, x)
+                lo, span = ms[j], ms[j + 1] - ms[j]
+                hi = ms[j + 1] if j < last else math.inf
+            return base + gamma * (fixed + layers * attention(ctx, longest, j, wm))
+
+        return time_of
+
+    def _run_attention(self, n: int, t: int, col):
+        """``attention(ctx, longest, j, wm)``: one layer's decode attention of a decode-only
+        step of ``n`` sequences (graph batch ``t``, the table's column there ``col``) holding
+        ``ctx`` keys, the longest ``longest``, the mean context located on the grid at (j, wm):
+        `ops_time`'s decode path with everything that depends only on ``n`` bound once. The
+        same expressions in the same order (`DecodeGrid.time_at` and `value_at` per spread,
+        `_with_spread`, `_padded_measured`, `_padded_estimate`), so the same floats; the spread
+        weight is computed once a step for both spreads (same inputs, same float)."""
+        cols = self._pad_cols.get(n) if t != n else None
+        if t != n and cols is None and col is None:
+            return None
+        lk, l0, l1, le = self._dec_grid.memo_coeffs(n)
+        even = self._dec_even
+        ek, e0, e1, ee = even.memo_coeffs(n) if even is not None and n > 1 else (-1, 0, 0, 0)
+        r = self._spread_ratio(n)
+        cl, ce = cols if cols is not None else (None, None)
+        estimate = self._padded_estimate if t != n and cols is None else None
+
+        def attention(ctx: int, longest: int, j: int, wm: float) -> float:
+            att = l0[j] + (l0[j + 1] - l0[j]) * wm  # value_at, lognormal spread
+            if lk:
+                hi = l1[j] + (l1[j + 1] - l1[j]) * wm
+                if lk == 1:
+                    att = hi * le
+                elif att > 0.0:
+                    att = att * (hi / att) ** le
+            f, spread = -1.0, 1.0
+            if longest > 0 and ek >= 0 and att > 0.0:
+                ev = e0[j] + (e0[j + 1] - e0[j]) * wm  # value_at, equal contexts
+                if ek:
+                    hi = e1[j] + (e1[j + 1] - e1[j]) * wm
+                    if ek == 1:
+                        ev = hi * ee
+                    elif ev > 0.0:
+                        ev = ev * (hi / ev) ** ee
+                adj = att
+                if ev < att:  # _with_spread
+                    f = _spread_weight(n, ctx, longest, r)
+                    adj = ev + (att - ev) * f
+                spread = adj / att
+                att = adj
+            if cl is not None:  # _padded_measured
+                p = cl[j] + (cl[j + 1] - cl[j]) * wm
+                if longest > 0 and ce is not None and p > 0.0:
+                    pe = ce[j] + (ce[j + 1] - ce[j]) * wm
+                    if pe < p:
+                        if f < 0.0:
+                            f = _spread_weight(n, ctx, longest, r)
+                        p = pe + (p - pe) * f
+                return p if p > att else att
+            if estimate is not None:
+                p = spread * estimate(n, ctx, t, col, j, wm)
+                return p if p > att else att
+            return att
+
+        return attention
+
+    def decode_run_times(
+        self, n: int, ctx: int, longest: int, k: int, start: float, until: float
+    ) -> list[float]:
+        """The step times of a decode-only run (`simulator.latency.base.decode_run_times`
+        says which steps): exactly `step_time`'s floats and warnings, step by step, through
+        the batch's `_decode_step` function (memoized per ``n``)."""
+        steps = self._decode_steps
+        time_of = steps.get(n, False)
+        if time_of is False:
+            time_of = steps[n] = self._decode_step(n) if n > 0 else None
+        if time_of is None:
+            return decode_run_times(self.step_time, n, ctx, longest, k, start, until)
+        return run_times(time_of, n, ctx, longest, k, start, until)
+
     # ---- the public interface --------------------------------------------------------------
 
     def step_time(
@@ -427,6 +551,7 @@ class ProfileLatencyModel:
             return
         self.fit_info = calibrate(self, train)
         self.heldout = heldout_report(self, test)
+        self._decode_steps.clear()  # they bind base and gamma
 
     def measured_column(self, stat: str = STEP_STAT) -> str:
         """The steps.csv column of ``stat`` on the clock (``step_clock``) the model is fitted to."""
@@ -466,6 +591,18 @@ class ProfileLatencyModel:
             "heldout": self.heldout,
             "warnings": list(self.warnings),
         }
+
+
+def _spread_weight(b: float, k: float, kmax: float, r: float) -> float:
+    """Where the longest context ``kmax`` of b sequences holding k keys lies between equal
+    contexts (0) and the lognormal rows' spread (1, their longest over mean being r), held
+    within [0, ``SPREAD_EXTRAP``] (`ProfileLatencyModel._with_spread`)."""
+    f = (kmax * b / k - 1.0) / (r - 1.0)
+    if f < 0.0:
+        return 0.0
+    if f > SPREAD_EXTRAP:
+        return SPREAD_EXTRAP
+    return f
 
 
 def _check_table_matches(table: Table, model_spec, tp: int, meta_path: str) -> None:
