@@ -299,6 +299,9 @@ def build_table(run_dir: Path, out_dir: Path, gpu_key: str, spec: ModelSpec, tp:
     """Write ``steps.csv``, ``energy.csv`` (when the run read the GPUs' energy) and
     ``meta.yaml`` for the run's profile phase; returns the meta."""
     engine = json.loads((run_dir / "engine.json").read_text())
+    # refuse a run of another precision before writing anything
+    precision = _served_precision(run_dir, engine, spec)
+    loaded_gib = check_weights_loaded(run_dir, spec, tp)
     phase = load_profile_phase(run_dir)
     bursts = submit_bursts(phase["scenarios"], phase["requests"])
     steps = read_steps(str(run_dir / "steps.jsonl"))
@@ -311,8 +314,27 @@ def build_table(run_dir: Path, out_dir: Path, gpu_key: str, spec: ModelSpec, tp:
         w.writeheader()
         for i, r in enumerate(rows):
             w.writerow({"step_id": i, **r})
-    loaded_gib = check_weights_loaded(run_dir, spec, tp)
-    energy = _write_energy(run_dir, out_dir, phase, rows)
+    measured = {
+        "precision": precision,
+        "weights_loaded_gib_per_gpu": loaded_gib,
+        "energy": _write_energy(run_dir, out_dir, phase, rows),
+        "frontend": frontend,
+        "steps": {
+            "recorded": len(rows) + dropped,
+            "outside_scenarios": dropped,
+            "early_stamp_steps_left_out": early,
+            "scenarios": len(phase["scenarios"]),
+            "grid_scenarios": phase.get("grid_scenarios"),
+            "cut_short": bool(phase.get("cut_short")),
+        },
+    }
+    meta = _meta(run_dir, engine, gpu_key, spec, tp, measured)
+    (out_dir / "meta.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
+    return meta
+
+
+def _served_precision(run_dir: Path, engine: dict, spec: ModelSpec) -> dict:
+    """The precision the run served (its engine.json), which must be the table's model's."""
     # runs recorded before precision was a job field served bf16 weights and KV
     precision = engine.get("precision") or {"weights": "bf16", "kv_cache_dtype": "bf16"}
     if Precision(**precision) != spec.precision:
@@ -322,38 +344,34 @@ def build_table(run_dir: Path, out_dir: Path, gpu_key: str, spec: ModelSpec, tp:
             f"the run served {Precision(**precision).describe()}; the table is asked for "
             f"{spec.precision.describe()}",
         )
-    meta = {
+    return precision
+
+
+def _meta(run_dir: Path, engine: dict, gpu_key: str, spec: ModelSpec, tp: int, m: dict) -> dict:
+    """meta.yaml: what was run (engine, config, kernels) and what the build measured (``m``)."""
+    return {
         "schema_version": 1,
         "kind": "engine_steps",
         "engine": {"name": "vllm", "version": engine["vllm_version"]},
         "gpu": {"key": gpu_key, "name": engine["gpu"], "count_visible": engine["gpu_count"]},
         "model": {"name": spec.name},
         "tp": tp,
-        "precision": precision,
+        "precision": m["precision"],
         "dtype": "bfloat16",
         "kv_cache_dtype": "bfloat16"
         if engine["cache"]["cache_dtype"] == "auto"
         else engine["cache"]["cache_dtype"],
         "quantization": engine["model"].get("quantization"),
-        "weights_loaded_gib_per_gpu": loaded_gib,
+        "weights_loaded_gib_per_gpu": m["weights_loaded_gib_per_gpu"],
         "kernels": _kernels(run_dir),
         "torch_version": engine["torch_version"],
         "engine_config": {k: engine[k] for k in ("scheduler", "cache", "model", "compilation")},
         "kv_capacity_tokens": engine["cache"]["num_gpu_blocks"] * engine["cache"]["block_size"],
         "weights": "dummy (load_format=dummy); config.json generated from the catalog",
-        "steps": {
-            "recorded": len(rows) + dropped,
-            "outside_scenarios": dropped,
-            "early_stamp_steps_left_out": early,
-            "scenarios": len(phase["scenarios"]),
-            "grid_scenarios": phase.get("grid_scenarios"),
-            "cut_short": bool(phase.get("cut_short")),
-        },
+        "steps": m["steps"],
         "step_time": "interval from max(previous completion, plan) to completion, engine clock",
-        "frontend": frontend,
-        "energy": energy,
+        "frontend": m["frontend"],
+        "energy": m["energy"],
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "source": "servesim profile --engine vllm (profiles/vllm_run.py, profiles/vllm_grid.py)",
     }
-    (out_dir / "meta.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
-    return meta

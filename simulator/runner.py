@@ -89,7 +89,87 @@ def read_expert_parallel(hw: Section, model, tp: int) -> str | None:
     return mode
 
 
+@dataclass(frozen=True)
+class _Hardware:
+    """The ``hardware`` section as read (GPU, TP, expert parallelism, prices)."""
+
+    gpu: GPUSpec
+    tp: int
+    expert_parallel: str | None
+    price: float
+    usd_per_kwh: float
+
+
+def _read_hardware(top: Section, model, where: str) -> _Hardware:
+    hw = top.section("hardware")
+    gpu = load_gpu(hw.raw("gpu"), where, hw.key("gpu"))
+    check_precision(model, gpu, where, "model.weights")
+    tp = hw.int("tp", 1, min=1)
+    model.check_tp(tp, where, hw.key("tp"))
+    expert_parallel = read_expert_parallel(hw, model, tp)
+    price = hw.num("price_per_gpu_hour", gpu.price_per_hour, min=0)
+    usd_per_kwh = hw.num("usd_per_kwh", DEFAULT_USD_PER_KWH, min=0)
+    if not math.isfinite(usd_per_kwh):
+        raise hw.error("usd_per_kwh", f"expected a finite number >= 0, got {usd_per_kwh}")
+    hw.done()
+    return _Hardware(gpu, tp, expert_parallel, price, usd_per_kwh)
+
+
+@dataclass
+class _Cluster:
+    """The ``cluster`` section as read, and the KV geometry every request must fit."""
+
+    mode: str
+    router_name: str
+    router: object
+    disagg: object
+    num_replicas: int
+    num_blocks: int
+    block_size: int
+
+
+def _read_cluster(top, kvs, main, model, hwr: _Hardware, where: str) -> _Cluster:
+    cl = top.section("cluster", {})
+    mode = cl.str("mode", "colocated", choices=["colocated", "disaggregated"])
+    rsec = cl.section("router", {"name": "round_robin"})
+    router_name = rsec.str("name", "round_robin", choices=sorted(ROUTERS))
+    rview = Section(rsec.data, where, rsec.path)
+    rview.raw("name")
+    router = ROUTERS[router_name](rview)
+    rview.done()
+    mark_all_used(rsec)
+    out = _Cluster(mode, router_name, router, None, 1, main.num_blocks, main.block_size)
+    if mode == "disaggregated":
+        from simulator.disagg import DisaggSpec
+
+        if cl.has("replicas"):
+            raise cl.error("replicas", "disaggregated mode counts replicas per pool")
+        disagg = DisaggSpec.parse(cl, top.data.get("scheduler"), kvs, model, hwr.gpu, hwr.tp, where)
+        out.disagg = disagg
+        out.num_replicas = disagg.prefill_replicas + disagg.decode_replicas
+        # requests must fit the smaller of the two pools' caches
+        out.num_blocks = min(disagg.prefill.num_blocks, disagg.decode.num_blocks)
+        out.block_size = disagg.prefill.block_size
+    else:
+        out.num_replicas = cl.int("replicas", 1, min=1, max=MAX_REPLICAS)
+    cl.done()
+    return out
+
+
+def _read_slo(top: Section) -> dict:
+    slo_sec = top.section("slo", {})
+    slo = {
+        "ttft_s": _ms(slo_sec.num("ttft_ms", None, min=0, strict_min=True)),
+        "tpot_s": _ms(slo_sec.num("tpot_ms", None, min=0, strict_min=True)),
+    }
+    slo_sec.done()
+    return slo
+
+
 def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> Built:
+    """Read and check a whole experiment config (every error names the file and key) and
+    return what `simulate` needs. Reads sections in a fixed order, so the first error a user
+    sees is the same whatever else is wrong."""
     top = Section(config, where)
     for key in config:
         if key not in TOP_LEVEL:
@@ -103,17 +183,8 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
     wl_seed, policy_seed = ss.spawn(2)
 
     model = load_model(top.raw("model"), where, "model")
-    hw = top.section("hardware")
-    gpu = load_gpu(hw.raw("gpu"), where, hw.key("gpu"))
-    check_precision(model, gpu, where, "model.weights")
-    tp = hw.int("tp", 1, min=1)
-    model.check_tp(tp, where, hw.key("tp"))
-    expert_parallel = read_expert_parallel(hw, model, tp)
-    price = hw.num("price_per_gpu_hour", gpu.price_per_hour, min=0)
-    usd_per_kwh = hw.num("usd_per_kwh", DEFAULT_USD_PER_KWH, min=0)
-    if not math.isfinite(usd_per_kwh):
-        raise hw.error("usd_per_kwh", f"expected a finite number >= 0, got {usd_per_kwh}")
-    hw.done()
+    hwr = _read_hardware(top, model, where)
+    gpu, tp = hwr.gpu, hwr.tp
 
     sim = top.section("sim", {})
     horizon_s = sim.num("horizon_s", None, min=0, strict_min=True)
@@ -123,88 +194,49 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
     sched = top.section("scheduler")
     kvs = top.section("kv_cache", {})
     on_oversize = kvs.str("on_oversize", "error", choices=["error", "reject"])
-    max_model_len = model.max_model_len
     main = EngineSpec.parse(sched, kvs, model, gpu, tp, where)
-    num_blocks, block_size = main.num_blocks, main.block_size
-
-    cl = top.section("cluster", {})
-    mode = cl.str("mode", "colocated", choices=["colocated", "disaggregated"])
-    rsec = cl.section("router", {"name": "round_robin"})
-    router_name = rsec.str("name", "round_robin", choices=sorted(ROUTERS))
-    rview = Section(rsec.data, where, rsec.path)
-    rview.raw("name")
-    router = ROUTERS[router_name](rview)
-    rview.done()
-    mark_all_used(rsec)
-    disagg = None
-    if mode == "disaggregated":
-        from simulator.disagg import DisaggSpec
-
-        if cl.has("replicas"):
-            raise cl.error("replicas", "disaggregated mode counts replicas per pool")
-        disagg = DisaggSpec.parse(cl, top.data.get("scheduler"), kvs, model, gpu, tp, where)
-        num_replicas = disagg.prefill_replicas + disagg.decode_replicas
-        # requests must fit the smaller of the two pools' caches
-        num_blocks = min(disagg.prefill.num_blocks, disagg.decode.num_blocks)
-        block_size = disagg.prefill.block_size
-    else:
-        num_replicas = cl.int("replicas", 1, min=1, max=MAX_REPLICAS)
-    cl.done()
+    cluster = _read_cluster(top, kvs, main, model, hwr, where)
     kvs.done()
 
     # a table measured through a serving engine times that engine's scheduling (policy)
-    serving_engine = "vllm" if disagg is None and main.policy_cls.name == "vllm" else None
-    lat_sec = top.section("latency", {})
+    serving_engine = "vllm" if cluster.disagg is None and main.policy_cls.name == "vllm" else None
     latency = build_latency(
-        lat_sec, model, gpu, tp, where, base_dir, serving_engine, expert_parallel=expert_parallel
-    )
+        top.section("latency", {}), model, gpu, tp, where, base_dir, serving_engine,
+        expert_parallel=hwr.expert_parallel,
+    )  # fmt: skip
 
     workload = build_workload(
         top.section("workload"), np.random.default_rng(wl_seed), Path(base_dir)
     )
-    rows = num_blocks // ShardedModel(model, tp).kv_pool(block_size).blocks_per_row
-    _check_fits(workload, max_model_len, rows * block_size, on_oversize, where)
+    rows = cluster.num_blocks // ShardedModel(model, tp).kv_pool(cluster.block_size).blocks_per_row
+    _check_fits(workload, model.max_model_len, rows * cluster.block_size, on_oversize, where)
 
-    slo_sec = top.section("slo", {})
-    slo = {
-        "ttft_s": _ms(slo_sec.num("ttft_ms", None, min=0, strict_min=True)),
-        "tpot_s": _ms(slo_sec.num("tpot_ms", None, min=0, strict_min=True)),
-    }
-    slo_sec.done()
+    slo = _read_slo(top)
     top.section("output", {}).done()
 
-    def make_replicas(env, cluster, executor_factory=None):
-        # a fresh copy of the policy stream each run, so a Built simulates identically twice
-        policy_streams = np.random.SeedSequence(
-            policy_seed.entropy, spawn_key=policy_seed.spawn_key
-        )
-        if disagg is not None:
-            if executor_factory is not None:
-                raise ConfigError(where, "cluster.mode", "executor_factory needs mode colocated")
-            return disagg.make_replicas(env, cluster, latency, coalesce, policy_streams)
-        reps = []
-        for i in range(num_replicas):
-            rng = np.random.default_rng(policy_streams.spawn(1)[0])
-            executor = (
-                SimulatedExecutor(latency) if executor_factory is None
-                else executor_factory(latency, i)
-            )  # fmt: skip
-            rep = Replica(
-                env, i, main.make_policy(rng), main.make_kv(), executor, coalesce=coalesce,
-            )  # fmt: skip
-            cluster.add_replica(rep)
-            reps.append(rep)
-        return reps
+    make_replicas = _replica_factory(main, cluster, latency, coalesce, policy_seed, where)
+    resolved = _resolved(config, name, seed, model, hwr, main, cluster, latency, on_oversize)
+    resolved["slo"] = {"ttft_ms": _to_ms(slo["ttft_s"]), "tpot_ms": _to_ms(slo["tpot_s"])}
+    resolved["sim"] = {"horizon_s": horizon_s, "coalesce": coalesce}
+    return Built(
+        name, seed, model, gpu, tp, workload, latency, slo, hwr.price, horizon_s, coalesce,
+        make_replicas, cluster.router, resolved, policy_seed, hwr.usd_per_kwh,
+        energy_model(latency, gpu, tp),
+    )  # fmt: skip
 
-    resolved = {
+
+def _resolved(config, name, seed, model, hwr: _Hardware, main, cluster: _Cluster, latency,
+              on_oversize) -> dict:  # fmt: skip
+    """The experiment as run (resolved.yaml, a real run's fingerprint): every default filled."""
+    return {
         "name": name,
         "seed": seed,
         "model": model.resolved(),
         "hardware": {
-            "gpu": gpu_record(gpu),
-            "tp": tp,
-            "price_per_gpu_hour": price,
-            **({"expert_parallel": expert_parallel} if expert_parallel else {}),
+            "gpu": gpu_record(hwr.gpu),
+            "tp": hwr.tp,
+            "price_per_gpu_hour": hwr.price,
+            **({"expert_parallel": hwr.expert_parallel} if hwr.expert_parallel else {}),
         },  # fmt: skip
         "scheduler": main.resolved_scheduler,
         "kv_cache": {
@@ -214,19 +246,42 @@ def build(config: dict, where: str, base_dir: Path, seed: int | None = None) -> 
         },
         "latency": latency.describe(),
         "cluster": {
-            "mode": mode,
-            "replicas": num_replicas,
-            "router": {"name": router_name, **router.params()},
-            **(disagg.resolved() if disagg is not None else {}),
+            "mode": cluster.mode,
+            "replicas": cluster.num_replicas,
+            "router": {"name": cluster.router_name, **cluster.router.params()},
+            **(cluster.disagg.resolved() if cluster.disagg is not None else {}),
         },
         "workload": config.get("workload"),
-        "slo": {"ttft_ms": _to_ms(slo["ttft_s"]), "tpot_ms": _to_ms(slo["tpot_s"])},
-        "sim": {"horizon_s": horizon_s, "coalesce": coalesce},
     }
-    return Built(
-        name, seed, model, gpu, tp, workload, latency, slo, price, horizon_s, coalesce,
-        make_replicas, router, resolved, policy_seed, usd_per_kwh, energy_model(latency, gpu, tp),
-    )  # fmt: skip
+
+
+def _replica_factory(main, cluster: _Cluster, latency, coalesce, policy_seed, where):
+    """``make_replicas(env, cluster, executor_factory=None) -> list[Replica]`` of a build."""
+
+    def make_replicas(env, sim_cluster, executor_factory=None):
+        # a fresh copy of the policy stream each run, so a Built simulates identically twice
+        policy_streams = np.random.SeedSequence(
+            policy_seed.entropy, spawn_key=policy_seed.spawn_key
+        )
+        if cluster.disagg is not None:
+            if executor_factory is not None:
+                raise ConfigError(where, "cluster.mode", "executor_factory needs mode colocated")
+            return cluster.disagg.make_replicas(env, sim_cluster, latency, coalesce, policy_streams)
+        reps = []
+        for i in range(cluster.num_replicas):
+            rng = np.random.default_rng(policy_streams.spawn(1)[0])
+            executor = (
+                SimulatedExecutor(latency) if executor_factory is None
+                else executor_factory(latency, i)
+            )  # fmt: skip
+            rep = Replica(
+                env, i, main.make_policy(rng), main.make_kv(), executor, coalesce=coalesce,
+            )  # fmt: skip
+            sim_cluster.add_replica(rep)
+            reps.append(rep)
+        return reps
+
+    return make_replicas
 
 
 def simulate(built: Built, executor_factory=None, progress=None) -> Results:
