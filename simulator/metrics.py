@@ -181,36 +181,9 @@ def summarize(
     )
     in_tok = int(cols["input_tokens"][done].sum())
     out_tok = int(cols["generated_tokens"][done].sum())
-    reasons: dict[str, int] = {}
-    for r in cols["reject_reason"][status == "rejected"]:
-        reasons[r] = reasons.get(r, 0) + 1
-    causes: dict[str, int] = {}
-    for r, n in reasons.items():
-        causes[reject_cause(r)] = causes.get(reject_cause(r), 0) + n
     num_gpus = tp * len(replicas)
-    busy = float(steps["duration_s"].sum())
-    flops, nbytes = step_work(steps, model)
-    peak_flops = gpu.peak_flops_for(ShardedModel(model).weight_format.gemm_dtype)
-    peak_bw = getattr(gpu, "peak_bandwidth", None) or gpu.hbm_bandwidth
-    total_blocks = sum(rep.kv.num_blocks for rep in replicas)
-    kv_frac = steps["kv_blocks_used"] / max(total_blocks / max(len(replicas), 1), 1)
-    w = steps["duration_s"]
-    # reserved-but-unused KV slots (time-weighted): paged wastes < 1 block per request, a
-    # contiguous allocator the rest of each request's reserved extent (with prefix sharing a
-    # shared block counts once but its tokens once per holder, so waste can go negative)
-    block_size = replicas[0].kv.block_size if replicas else 1
-    waste = steps["kv_blocks_used"] * block_size - steps["kv_tokens"]
-    reserved = steps["kv_blocks_used"] * block_size
     out = {
-        "requests": {
-            "arrived": n_arrived,
-            "completed": int(done.sum()),
-            "rejected": int((status == "rejected").sum()),
-            "unfinished": int(((status == "waiting") | (status == "running")
-                               | (status == "transferring")).sum()),
-            "reject_reasons": reasons,
-            "reject_causes": dict(sorted(causes.items(), key=lambda kv: (-kv[1], kv[0]))),
-        },
+        "requests": _request_counts(cols, status, done),
         "duration_s": duration,
         "ttft_s": dist(cols["ttft_s"][done]),
         "tpot_s": dist(cols["tpot_s"][done]),
@@ -225,20 +198,7 @@ def summarize(
         "slo": dict(slo),
         "goodput_rps": float(met.sum()) / duration,
         "slo_attainment": float(met.sum()) / n_arrived if n_arrived else None,
-        "utilization": {
-            "busy_fraction": busy / (duration * len(replicas)) if replicas else 0.0,
-            "kv_use_mean": float((kv_frac * w).sum() / w.sum()) if w.sum() else 0.0,
-            "kv_use_max": float(kv_frac.max()) if kv_frac.size else 0.0,
-            "kv_waste_tokens_mean": float((waste * w).sum() / w.sum()) if w.sum() else 0.0,
-            "kv_waste_frac": float((waste * w).sum() / (reserved * w).sum())
-            if (reserved * w).sum() else 0.0,
-            "mfu": flops / (busy * peak_flops * tp) if busy else 0.0,
-            "mbu": nbytes / (busy * peak_bw * tp) if busy else 0.0,
-            "mean_batch_size": float(((steps["prefill_seqs"] + steps["decode_seqs"]) * w).sum()
-                                     / w.sum()) if w.sum() else 0.0,
-            "preemptions": int(sum(rep.num_preemptions for rep in replicas)),
-            "num_steps": int(steps["duration_s"].size),
-        },
+        "utilization": _utilization(steps, replicas, model, gpu, tp, duration),
         "cost": {
             "num_gpus": num_gpus,
             "price_per_gpu_hour": price_per_gpu_hour,
@@ -254,6 +214,58 @@ def summarize(
             output_tokens=out_tok, tokens=in_tok + out_tok, usd_per_kwh=usd_per_kwh,
         )  # fmt: skip
     return out
+
+
+def _request_counts(cols: dict, status, done) -> dict:
+    """How many requests arrived, completed, were rejected (by reason and by cause) or are
+    still in the system: every arriving request is in exactly one of these."""
+    reasons: dict[str, int] = {}
+    for r in cols["reject_reason"][status == "rejected"]:
+        reasons[r] = reasons.get(r, 0) + 1
+    causes: dict[str, int] = {}
+    for r, n in reasons.items():
+        causes[reject_cause(r)] = causes.get(reject_cause(r), 0) + n
+    return {
+        "arrived": len(status),
+        "completed": int(done.sum()),
+        "rejected": int((status == "rejected").sum()),
+        "unfinished": int(((status == "waiting") | (status == "running")
+                           | (status == "transferring")).sum()),
+        "reject_reasons": reasons,
+        "reject_causes": dict(sorted(causes.items(), key=lambda kv: (-kv[1], kv[0]))),
+    }  # fmt: skip
+
+
+def _utilization(steps: dict, replicas, model, gpu, tp: int, duration: float) -> dict:
+    """Time-weighted use of the engines: busy fraction, KV use and waste, MFU / MBU (at the
+    peak of the model's GEMM dtype), mean batch, preemptions."""
+    busy = float(steps["duration_s"].sum())
+    flops, nbytes = step_work(steps, model)
+    peak_flops = gpu.peak_flops_for(ShardedModel(model).weight_format.gemm_dtype)
+    peak_bw = getattr(gpu, "peak_bandwidth", None) or gpu.hbm_bandwidth
+    total_blocks = sum(rep.kv.num_blocks for rep in replicas)
+    kv_frac = steps["kv_blocks_used"] / max(total_blocks / max(len(replicas), 1), 1)
+    w = steps["duration_s"]
+    # reserved-but-unused KV slots (time-weighted): paged wastes < 1 block per request, a
+    # contiguous allocator the rest of each request's reserved extent (with prefix sharing a
+    # shared block counts once but its tokens once per holder, so waste can go negative)
+    block_size = replicas[0].kv.block_size if replicas else 1
+    waste = steps["kv_blocks_used"] * block_size - steps["kv_tokens"]
+    reserved = steps["kv_blocks_used"] * block_size
+    return {
+        "busy_fraction": busy / (duration * len(replicas)) if replicas else 0.0,
+        "kv_use_mean": float((kv_frac * w).sum() / w.sum()) if w.sum() else 0.0,
+        "kv_use_max": float(kv_frac.max()) if kv_frac.size else 0.0,
+        "kv_waste_tokens_mean": float((waste * w).sum() / w.sum()) if w.sum() else 0.0,
+        "kv_waste_frac": float((waste * w).sum() / (reserved * w).sum())
+        if (reserved * w).sum() else 0.0,
+        "mfu": flops / (busy * peak_flops * tp) if busy else 0.0,
+        "mbu": nbytes / (busy * peak_bw * tp) if busy else 0.0,
+        "mean_batch_size": float(((steps["prefill_seqs"] + steps["decode_seqs"]) * w).sum()
+                                 / w.sum()) if w.sum() else 0.0,
+        "preemptions": int(sum(rep.num_preemptions for rep in replicas)),
+        "num_steps": int(steps["duration_s"].size),
+    }  # fmt: skip
 
 
 def step_work(steps: dict, model) -> tuple[float, float]:
