@@ -73,21 +73,7 @@ class EngineSpec:
             raise kvs.error("reserve", f"the contiguous allocator needs one of {RESERVE_MODES}")
         if allocator != "contiguous" and reserve is not None:
             raise kvs.error("reserve", "only used with allocator: contiguous")
-        prefix = kvs.raw("prefix_caching", False)
-        shared = hash_block = 0
-        if prefix is not False:
-            if allocator != "paged":
-                raise kvs.error("prefix_caching", "only the paged allocator caches prefixes")
-            if prefix is True:
-                prefix = {}
-            psec = Section(prefix, where, kvs.key("prefix_caching"))
-            shared = psec.int("shared_prefix_tokens", 0, min=0)
-            hash_block = psec.int("hash_block_tokens", 512, min=1)
-            psec.done()
-            if hash_block % block_size:
-                raise kvs.error(
-                    "block_size", f"must divide prefix_caching.hash_block_tokens {hash_block}"
-                )
+        prefix, shared, hash_block = _read_prefix_caching(kvs, allocator, block_size, where)
 
         pool = served.kv_pool(block_size)
         if pool.frees_blocks and (allocator != "paged" or prefix is not False):
@@ -95,22 +81,10 @@ class EngineSpec:
             raise kvs.error(what, f"{model.name} has sliding-window layers: only the paged "
                             "allocator without prefix caching models them")  # fmt: skip
 
-        @functools.cache
-        def block_ids() -> tuple[int, ...]:  # built once, shared by every replica's pool
-            return tuple(range(num_blocks))
-
-        def make_kv():
-            if allocator == "contiguous":
-                return ContiguousAllocator(num_blocks, block_size, reserve, max_len)
-            if prefix is not False:
-                return PrefixCachingAllocator(
-                    num_blocks, block_size, shared_prefix_tokens=shared,
-                    hash_block_tokens=hash_block,
-                )  # fmt: skip
-            if pool.frees_blocks:
-                return LayeredPagedAllocator(num_blocks, block_size, pool, served.kv_reads(),
-                                             block_ids())  # fmt: skip
-            return PagedAllocator(num_blocks, block_size, block_ids())
+        make_kv = _kv_factory(
+            allocator, num_blocks, block_size, reserve, max_len, prefix, shared, hash_block,
+            pool, served,
+        )  # fmt: skip
 
         engine = _engine_dict(max_len, block_size, num_blocks, served)
         probe = make_policy(policy_cls, sched, engine)
@@ -134,6 +108,51 @@ class EngineSpec:
     def make_policy(self, rng=None):
         engine = dict(self.engine, rng=rng) if rng is not None else self.engine
         return make_policy(self.policy_cls, self.sched, engine)
+
+
+def _read_prefix_caching(kvs: Section, allocator: str, block_size: int, where: str):
+    """``kv_cache.prefix_caching``: false, true or ``{shared_prefix_tokens,
+    hash_block_tokens}``; returns ``(prefix, shared, hash_block)`` (prefix False when off)."""
+    prefix = kvs.raw("prefix_caching", False)
+    shared = hash_block = 0
+    if prefix is not False:
+        if allocator != "paged":
+            raise kvs.error("prefix_caching", "only the paged allocator caches prefixes")
+        if prefix is True:
+            prefix = {}
+        psec = Section(prefix, where, kvs.key("prefix_caching"))
+        shared = psec.int("shared_prefix_tokens", 0, min=0)
+        hash_block = psec.int("hash_block_tokens", 512, min=1)
+        psec.done()
+        if hash_block % block_size:
+            raise kvs.error(
+                "block_size", f"must divide prefix_caching.hash_block_tokens {hash_block}"
+            )
+    return prefix, shared, hash_block
+
+
+def _kv_factory(allocator, num_blocks, block_size, reserve, max_len, prefix, shared, hash_block,
+                pool, served):  # fmt: skip
+    """``make_kv()``: a fresh KV allocator for one replica, of the configured kind."""
+
+    @functools.cache
+    def block_ids() -> tuple[int, ...]:  # built once, shared by every replica's pool
+        return tuple(range(num_blocks))
+
+    def make_kv():
+        if allocator == "contiguous":
+            return ContiguousAllocator(num_blocks, block_size, reserve, max_len)
+        if prefix is not False:
+            return PrefixCachingAllocator(
+                num_blocks, block_size, shared_prefix_tokens=shared,
+                hash_block_tokens=hash_block,
+            )  # fmt: skip
+        if pool.frees_blocks:
+            return LayeredPagedAllocator(num_blocks, block_size, pool, served.kv_reads(),
+                                         block_ids())  # fmt: skip
+        return PagedAllocator(num_blocks, block_size, block_ids())
+
+    return make_kv
 
 
 def _engine_dict(max_len: int, block_size: int, num_blocks: int, served: ShardedModel) -> dict:
