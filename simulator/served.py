@@ -125,6 +125,19 @@ class KVSpec:
     def tokens_read(self, context_len: int) -> int:
         return context_len
 
+    def tokens_held(self, num_computed: int) -> int:
+        """Tokens of a request's KV the group holds once ``num_computed`` tokens are computed:
+        all of them less the leading blocks `blocks_freeable` returns (the rule
+        `simulator.kv.layered.LayeredPagedAllocator` frees by), so a sliding group holds the
+        window's tokens plus the partial blocks at its ends. ``num_computed`` for full
+        attention and MLA; never more than ``num_computed``."""
+        return num_computed - self.block_size * self.blocks_freeable(num_computed)
+
+    def bytes_held(self, num_computed: int) -> float:
+        """KV bytes the group's layers hold for a request with ``num_computed`` tokens (what a
+        swap or a P/D transfer copies): `tokens_held` x `bytes_per_token`."""
+        return self.tokens_held(num_computed) * self.bytes_per_token
+
     @property
     def bytes_per_block(self) -> float:
         """Bytes one KV block takes over all layers of the group."""
@@ -550,9 +563,18 @@ class ShardedModel:
 
     @property
     def kv_bytes_per_token_per_gpu(self) -> float:
-        """KV-cache bytes one token occupies on each GPU of the group (every layer holding it;
-        sliding layers hold only the window's tokens, see `kv_pool`)."""
+        """KV-cache bytes one token occupies on each GPU of the group with every layer holding
+        it: the growth rate of a request's KV, and its size only without sliding layers (which
+        hold only the window's tokens: see `kv_bytes_held`)."""
         return sum(s.bytes_per_token for s in self.kv_specs(1))
+
+    def kv_bytes_held(self, num_computed: int, block_size: int) -> float:
+        """KV bytes one GPU holds for a request with ``num_computed`` tokens in ``block_size``
+        blocks: per layer group, the tokens its rule keeps (`KVSpec.tokens_held`, the
+        allocator's freeing rule) x its bytes per token. What swap and P/D transfer copy.
+        Equals ``num_computed x kv_bytes_per_token_per_gpu`` (same value, same rounding) for
+        full-attention and MLA models, whose single group holds every token."""
+        return sum(s.bytes_held(num_computed) for s in self.kv_specs(block_size))
 
     @property
     def kv_bytes_per_token(self) -> float:
