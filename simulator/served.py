@@ -361,13 +361,23 @@ class ShardedModel:
         ]  # fmt: skip
 
     def _mla_ops(self) -> list[Op]:
-        """MLA as vLLM decodes it (weights absorbed): queries attend to the cached latent.
+        """MLA ops, with vLLM's two attention paths (as described in
+        vllm/v1/attention/backends/mla/common.py).
 
         The latent projection ``kv_a`` (hidden -> kv_lora_rank + rope) is replicated on every TP
-        rank; ``kv_b`` stands for the per-token up-projections absorbed into the query and the
-        output (same FLOPs and weights). Attention per (query, key) pair and head: QK over the
-        latent + rope, PV over the latent. Prefill's decompression of the context's latents
-        (vLLM's non-absorbed path) is not modelled: prefill FLOPs are a lower bound."""
+        rank. ``kv_b`` (``2 x kv_lora_rank x heads x (qk_nope + v)`` FLOPs per computed token)
+        is, for a decode token, the up-projections absorbed into its query and output, and for a
+        prefill token the up-projection of its own latent to per-head K (nope part) and V.
+
+        * ``attention`` (decode, absorbed): per (query, key) pair and head, QK over the latent +
+          rope and PV over the latent: ``2 x heads x (2 kv_lora_rank + rope)`` FLOPs.
+        * ``attention_prefill`` (prefill, not absorbed): QK over ``qk_nope + qk_rope`` and PV
+          over ``v_head_dim``: ``2 x heads x (qk_nope + qk_rope + v)`` FLOPs per pair.
+
+        Not counted: a chunk with a cached prefix also up-projects the prefix's latents (vLLM's
+        ``_compute_prefill_context``, ``2 x kv_lora_rank x heads x (qk_nope + v)`` per prefix
+        token and layer); the step features carry no sum of the chunks' prefix lengths, so
+        chunked and prefix-cached MLA prefill FLOPs are a lower bound by that term."""
         h, act, mla = self.hidden, DTYPE_BYTES[ACT_DTYPE], self.spec.mla
         kv_b, width, heads = DTYPE_BYTES[self.kv_cache_dtype], mla.cache_width, self.heads
         qk = heads * (mla.qk_nope_head_dim + mla.qk_rope_head_dim)
@@ -387,6 +397,10 @@ class ShardedModel:
             Op("attention", "attention", "layer", 1, (heads, 1, width),
                flops_per_token=FLOPS_PER_MAC * heads * (width + mla.kv_lora_rank),
                act_bytes_per_token=2 * heads * mla.kv_lora_rank * act,
+               kv_bytes_per_key=width * kv_b),
+            Op("attention_prefill", "attention", "layer", 1, (heads, heads, qk // heads),
+               flops_per_token=FLOPS_PER_MAC * heads * (qk // heads + mla.v_head_dim),
+               act_bytes_per_token=(qk + heads * mla.v_head_dim) * act,
                kv_bytes_per_key=width * kv_b),
             self._gemm("o", h, heads * mla.v_head_dim),
         ]  # fmt: skip
@@ -627,16 +641,31 @@ class ShardedModel:
         return self.layers * self.op("attention").flops_per_token
 
     @property
+    def prefill_pair_extra_flops(self) -> float:
+        """FLOPs a prefill (query, key) pair costs over all layers beyond `attn_flops_per_pair`:
+        MLA's non-absorbed prefill path (``attention_prefill``) minus its absorbed decode path
+        (negative: prefill attends over smaller head dims); exactly 0.0 for every other model,
+        whose prefill and decode pairs cost the same, so adding it changes no figure."""
+        ops = [o for o in self.ops if o.name == "attention_prefill"]
+        if not ops:
+            return 0.0
+        return self.layers * (ops[0].flops_per_token - self.op("attention").flops_per_token)
+
+    @property
     def lm_head_flops_per_seq(self) -> float:
         return self.op("lm_head").flops_per_token
 
-    def step_flops(self, tokens: float, attn_pairs: float, sample_seqs: float = 0) -> float:
+    def step_flops(
+        self, tokens: float, attn_pairs: float, sample_seqs: float = 0, prefill_pairs: float = 0
+    ) -> float:
         """FLOPs one GPU does in a step of ``tokens`` computed tokens, ``attn_pairs`` (query,
-        key) pairs and ``sample_seqs`` sampling sequences."""
+        key) pairs, ``prefill_pairs`` of which are prefill pairs (MLA prices them apart,
+        `prefill_pair_extra_flops`), and ``sample_seqs`` sampling sequences."""
         return (
             float(self.linear_flops_per_token) * tokens
             + float(self.attn_flops_per_pair) * attn_pairs
             + float(self.lm_head_flops_per_seq) * sample_seqs
+            + self.prefill_pair_extra_flops * prefill_pairs
         )
 
     def step_min_bytes(self, steps: float, kv_tokens: float) -> float:

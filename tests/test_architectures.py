@@ -328,3 +328,48 @@ def test_base_keeps_the_architecture():
     assert g.layer_types == MODELS["gemma-3-27b"].layer_types and g.sliding_window == 1024
     with pytest.raises(ConfigError, match="layer_types"):
         load_model({"base": "gpt-oss-20b", "num_layers": 4}, "e.yaml", "model")
+
+
+def test_mla_prefill_flops_by_hand():
+    """DeepSeek-V2-Lite (27 layers, 16 heads, kv_lora_rank 512, qk_nope 128, qk_rope 64, v 128,
+    hidden 2,048), one 1,024-token prefill chunk with no prefix, TP1: causal pairs per layer
+    1,024 x 1,025 / 2 = 524,800.
+
+    * attention through vLLM's non-absorbed prefill path: 2 x 16 x (128 + 64 + 128) = 10,240
+      FLOPs per pair and layer: 27 x 10,240 x 524,800 = 145,096,704,000 (the absorbed decode
+      path's 2 x 16 x (576 + 512) = 34,816 would give 493,328,793,600);
+    * up-projection of the chunk's 1,024 latents (its whole context): 2 x 512 x 16 x (128 +
+      128) = 4,194,304 per token and layer, 27 x 1,024 x 4,194,304 = 115,964,116,992 (``kv_b``);
+    * the other GEMMs per token: q 2 x 2,048 x 3,072, kv_a 2 x 2,048 x 576, o 2 x 2,048 x 2,048
+      in 27 layers; one dense MLP 6 x 2,048 x 10,944; 26 MoE layers of router 2 x 2,048 x 64,
+      6 routed experts 6 x 2,048 x 1,408 each and 2 shared 6 x 2,048 x 2,816.
+    """
+    from simulator.served import ShardedModel
+
+    sm = ShardedModel(MODELS["deepseek-v2-lite"])
+    pairs = 1024 * 1025 // 2
+    attention = 27 * 10240 * pairs
+    assert attention == 145_096_704_000
+    up = 27 * 1024 * 2 * 512 * 16 * 256
+    assert up == 115_964_116_992
+    other = 27 * 2 * 2048 * (3072 + 576 + 2048) + 6 * 2048 * 10944
+    other += 26 * (2 * 2048 * 64 + 6 * 6 * 2048 * 1408 + 6 * 2048 * 2816)
+    total = attention + up + 1024 * other
+    assert total == 4_735_879_872_512
+    assert sm.step_flops(1024, pairs, prefill_pairs=pairs) == total
+    # decode pairs keep the absorbed path
+    assert sm.step_flops(0, 1, prefill_pairs=0) == 27 * 34816
+
+
+def test_mla_prefill_attention_in_roofline_breakdown():
+    from simulator.hardware import GPUS
+    from simulator.latency.roofline import RooflineLatencyModel
+
+    rl = RooflineLatencyModel(MODELS["deepseek-v2-lite"], GPUS["h200"])
+    pairs = 1024 * 1025 / 2
+    prefill = rl.breakdown(1024, pairs, 1, 0, 0)
+    decode = rl.breakdown(0, 0, 0, 1024, pairs)
+    lm = rl.served.op("lm_head").flops_per_token
+    assert prefill["flops"] == pytest.approx(4_735_879_872_512 + lm, rel=1e-12)
+    linear = 1024 * rl.served.linear_flops_per_token
+    assert decode["flops"] == pytest.approx(linear + 27 * 34816 * pairs + 1024 * lm, rel=1e-12)
