@@ -2,7 +2,9 @@
 
 * ``recompute`` (default): the victim's KV is dropped; it goes back to the front of ``waiting``
   with ``num_computed = 0`` and later recomputes prompt + generated tokens as a prefill.
-* ``swap``: the victim's KV (``num_computed`` tokens) is copied to host memory over
+* ``swap``: the victim's KV (the bytes its ``num_computed`` tokens hold on one GPU, the engine's
+  ``kv_bytes_held``: a sliding-window layer holds only its window's blocks) is copied to host
+  memory over
   ``scheduler.swap_link`` (default ``pcie-gen5-x16``: bandwidth + latency, per GPU; with tensor
   parallelism each GPU copies its own shard), its GPU blocks are freed, and it keeps its progress.
   When admitted again it gets GPU blocks and is copied back before it runs.
@@ -32,7 +34,10 @@ class Preemption:
         if link is not None and self.mode != "swap":
             raise sec.error("swap_link", "only used with preemption: swap")
         self.link = load_link(link or DEFAULT_SWAP_LINK, sec.where, sec.key("swap_link"))
-        self.kv_bytes_per_token = float(engine.get("kv_bytes_per_token_per_gpu", 0.0))
+        #: bytes one GPU copies for a request of n computed tokens (`ShardedModel.kv_bytes_held`)
+        self.kv_bytes_held = engine.get("kv_bytes_held")
+        if self.mode == "swap" and self.kv_bytes_held is None:
+            raise ValueError("swap preemption needs the engine's kv_bytes_held")
         self._pending_s = 0.0
         self.stats = {
             "recompute": 0,
@@ -57,7 +62,7 @@ class Preemption:
     def preempt(self, replica, victim) -> None:
         n = victim.num_computed
         if self.mode == "swap" and n > 0:
-            t = self.link.transfer_time(n * self.kv_bytes_per_token)
+            t = self.link.transfer_time(self.kv_bytes_held(n))
             replica.preempt(victim, swap=True)
             self.stats["swap"] += 1
             self.stats["swap_out_tokens"] += n
@@ -75,7 +80,7 @@ class Preemption:
     def swap_in(self, req) -> None:
         """Charge copying a swapped-out request's KV back (call after allocating its blocks)."""
         n = req.num_computed
-        t = self.link.transfer_time(n * self.kv_bytes_per_token)
+        t = self.link.transfer_time(self.kv_bytes_held(n))
         self.stats["swap_in_tokens"] += n
         self.stats["swap_in_s"] += t
         self._pending_s += t

@@ -13,10 +13,13 @@ each pool has its own replica count, policy (a ``scheduler`` section) and KV all
    decode cache can hold its ``num_computed + 1`` tokens (keeping the decode policy's watermark
    free); the blocks are allocated there *before* the copy starts, so an arriving KV always has
    a place, and a request never holds link time while waiting for memory;
-4. the copy of ``num_computed x kv_bytes_per_token_per_gpu`` bytes (each GPU of a TP group sends
-   its own shard, in parallel) takes ``link.latency + bytes / link.bandwidth`` on its prefill
-   replica's outgoing link. A link carries ``link_concurrency`` copies at a time (default 1),
-   each at the full per-copy bandwidth (more lanes / NICs, not a shared pipe); others queue FIFO;
+4. the copy of the bytes the request's ``num_computed`` tokens hold on one prefill GPU
+   (``ShardedModel.kv_bytes_held`` at the prefill pool's block size: ``num_computed x
+   kv_bytes_per_token_per_gpu`` unless sliding-window layers hold only their window; each GPU of
+   a TP group sends its own shard, in parallel) takes ``link.latency + bytes / link.bandwidth``
+   on its prefill replica's outgoing link. A link carries ``link_concurrency`` copies at a time
+   (default 1), each at the full per-copy bandwidth (more lanes / NICs, not a shared pipe);
+   others queue FIFO;
 5. when the copy ends, the prefill-side KV is freed and the request enters the decode replica's
    ``waiting`` queue already holding its KV with one pending token; the decode policy admits it
    like any request (its first decode computes one token over the copied cache).
@@ -43,7 +46,9 @@ top-level ``kv_cache``.
 
 from __future__ import annotations
 
+import functools
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,7 +86,8 @@ class DisaggSpec:
     decode_replicas: int
     link: LinkSpec
     link_concurrency: int
-    kv_bytes_per_token: float
+    #: bytes one GPU sends for a request of n computed tokens (`ShardedModel.kv_bytes_held`)
+    kv_bytes_held: Callable[[int], float]
 
     @classmethod
     def parse(cls, cl: Section, top_sched, kvs: Section, model, gpu, tp, where) -> DisaggSpec:
@@ -112,7 +118,8 @@ class DisaggSpec:
         conc = cl.int("link_concurrency", 1, min=1)
         return cls(
             pools["prefill"][1], pools["decode"][1], pools["prefill"][0], pools["decode"][0],
-            link, conc, ShardedModel(model, tp).kv_bytes_per_token_per_gpu,
+            link, conc, functools.partial(ShardedModel(model, tp).kv_bytes_held,
+                                          block_size=pools["prefill"][1].block_size),
         )  # fmt: skip
 
     def resolved(self) -> dict:
@@ -220,7 +227,7 @@ class KVTransfer:
 
     def _copy(self, req: Request, held: _Held, prep: Replica, j: int):
         env = self.env
-        nbytes = req.num_computed * self.spec.kv_bytes_per_token
+        nbytes = self.spec.kv_bytes_held(req.num_computed)
         t0 = env.now
         with self.links[prep.index].request() as slot:
             yield slot

@@ -162,6 +162,8 @@ def _engine_dict(max_len: int, block_size: int, num_blocks: int, served: Sharded
         "block_size": block_size,
         "num_blocks": num_blocks,
         "kv_bytes_per_token_per_gpu": served.kv_bytes_per_token_per_gpu,
+        # bytes a request's KV holds on one GPU (what a swap copies): see kv_bytes_held
+        "kv_bytes_held": functools.partial(served.kv_bytes_held, block_size=block_size),
         "model": served.spec,
     }
 

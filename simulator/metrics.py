@@ -279,7 +279,7 @@ def step_work(steps: dict, model) -> tuple[float, float]:
     served = ShardedModel(model)
     tokens = steps["prefill_tokens"] + steps["decode_seqs"]
     attn_pairs = steps["decode_ctx"].sum() + steps["prefill_attn"].sum()
-    flops = served.step_flops(tokens.sum(), attn_pairs)
+    flops = served.step_flops(tokens.sum(), attn_pairs, prefill_pairs=steps["prefill_attn"].sum())
     nbytes = served.step_min_bytes(
         steps["duration_s"].size, steps["decode_ctx"].sum() + tokens.sum()
     )

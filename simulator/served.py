@@ -125,6 +125,19 @@ class KVSpec:
     def tokens_read(self, context_len: int) -> int:
         return context_len
 
+    def tokens_held(self, num_computed: int) -> int:
+        """Tokens of a request's KV the group holds once ``num_computed`` tokens are computed:
+        all of them less the leading blocks `blocks_freeable` returns (the rule
+        `simulator.kv.layered.LayeredPagedAllocator` frees by), so a sliding group holds the
+        window's tokens plus the partial blocks at its ends. ``num_computed`` for full
+        attention and MLA; never more than ``num_computed``."""
+        return num_computed - self.block_size * self.blocks_freeable(num_computed)
+
+    def bytes_held(self, num_computed: int) -> float:
+        """KV bytes the group's layers hold for a request with ``num_computed`` tokens (what a
+        swap or a P/D transfer copies): `tokens_held` x `bytes_per_token`."""
+        return self.tokens_held(num_computed) * self.bytes_per_token
+
     @property
     def bytes_per_block(self) -> float:
         """Bytes one KV block takes over all layers of the group."""
@@ -348,13 +361,23 @@ class ShardedModel:
         ]  # fmt: skip
 
     def _mla_ops(self) -> list[Op]:
-        """MLA as vLLM decodes it (weights absorbed): queries attend to the cached latent.
+        """MLA ops, with vLLM's two attention paths (as described in
+        vllm/v1/attention/backends/mla/common.py).
 
         The latent projection ``kv_a`` (hidden -> kv_lora_rank + rope) is replicated on every TP
-        rank; ``kv_b`` stands for the per-token up-projections absorbed into the query and the
-        output (same FLOPs and weights). Attention per (query, key) pair and head: QK over the
-        latent + rope, PV over the latent. Prefill's decompression of the context's latents
-        (vLLM's non-absorbed path) is not modelled: prefill FLOPs are a lower bound."""
+        rank. ``kv_b`` (``2 x kv_lora_rank x heads x (qk_nope + v)`` FLOPs per computed token)
+        is, for a decode token, the up-projections absorbed into its query and output, and for a
+        prefill token the up-projection of its own latent to per-head K (nope part) and V.
+
+        * ``attention`` (decode, absorbed): per (query, key) pair and head, QK over the latent +
+          rope and PV over the latent: ``2 x heads x (2 kv_lora_rank + rope)`` FLOPs.
+        * ``attention_prefill`` (prefill, not absorbed): QK over ``qk_nope + qk_rope`` and PV
+          over ``v_head_dim``: ``2 x heads x (qk_nope + qk_rope + v)`` FLOPs per pair.
+
+        Not counted: a chunk with a cached prefix also up-projects the prefix's latents (vLLM's
+        ``_compute_prefill_context``, ``2 x kv_lora_rank x heads x (qk_nope + v)`` per prefix
+        token and layer); the step features carry no sum of the chunks' prefix lengths, so
+        chunked and prefix-cached MLA prefill FLOPs are a lower bound by that term."""
         h, act, mla = self.hidden, DTYPE_BYTES[ACT_DTYPE], self.spec.mla
         kv_b, width, heads = DTYPE_BYTES[self.kv_cache_dtype], mla.cache_width, self.heads
         qk = heads * (mla.qk_nope_head_dim + mla.qk_rope_head_dim)
@@ -374,6 +397,10 @@ class ShardedModel:
             Op("attention", "attention", "layer", 1, (heads, 1, width),
                flops_per_token=FLOPS_PER_MAC * heads * (width + mla.kv_lora_rank),
                act_bytes_per_token=2 * heads * mla.kv_lora_rank * act,
+               kv_bytes_per_key=width * kv_b),
+            Op("attention_prefill", "attention", "layer", 1, (heads, heads, qk // heads),
+               flops_per_token=FLOPS_PER_MAC * heads * (qk // heads + mla.v_head_dim),
+               act_bytes_per_token=(qk + heads * mla.v_head_dim) * act,
                kv_bytes_per_key=width * kv_b),
             self._gemm("o", h, heads * mla.v_head_dim),
         ]  # fmt: skip
@@ -550,9 +577,18 @@ class ShardedModel:
 
     @property
     def kv_bytes_per_token_per_gpu(self) -> float:
-        """KV-cache bytes one token occupies on each GPU of the group (every layer holding it;
-        sliding layers hold only the window's tokens, see `kv_pool`)."""
+        """KV-cache bytes one token occupies on each GPU of the group with every layer holding
+        it: the growth rate of a request's KV, and its size only without sliding layers (which
+        hold only the window's tokens: see `kv_bytes_held`)."""
         return sum(s.bytes_per_token for s in self.kv_specs(1))
+
+    def kv_bytes_held(self, num_computed: int, block_size: int) -> float:
+        """KV bytes one GPU holds for a request with ``num_computed`` tokens in ``block_size``
+        blocks: per layer group, the tokens its rule keeps (`KVSpec.tokens_held`, the
+        allocator's freeing rule) x its bytes per token. What swap and P/D transfer copy.
+        Equals ``num_computed x kv_bytes_per_token_per_gpu`` (same value, same rounding) for
+        full-attention and MLA models, whose single group holds every token."""
+        return sum(s.bytes_held(num_computed) for s in self.kv_specs(block_size))
 
     @property
     def kv_bytes_per_token(self) -> float:
@@ -605,16 +641,31 @@ class ShardedModel:
         return self.layers * self.op("attention").flops_per_token
 
     @property
+    def prefill_pair_extra_flops(self) -> float:
+        """FLOPs a prefill (query, key) pair costs over all layers beyond `attn_flops_per_pair`:
+        MLA's non-absorbed prefill path (``attention_prefill``) minus its absorbed decode path
+        (negative: prefill attends over smaller head dims); exactly 0.0 for every other model,
+        whose prefill and decode pairs cost the same, so adding it changes no figure."""
+        ops = [o for o in self.ops if o.name == "attention_prefill"]
+        if not ops:
+            return 0.0
+        return self.layers * (ops[0].flops_per_token - self.op("attention").flops_per_token)
+
+    @property
     def lm_head_flops_per_seq(self) -> float:
         return self.op("lm_head").flops_per_token
 
-    def step_flops(self, tokens: float, attn_pairs: float, sample_seqs: float = 0) -> float:
+    def step_flops(
+        self, tokens: float, attn_pairs: float, sample_seqs: float = 0, prefill_pairs: float = 0
+    ) -> float:
         """FLOPs one GPU does in a step of ``tokens`` computed tokens, ``attn_pairs`` (query,
-        key) pairs and ``sample_seqs`` sampling sequences."""
+        key) pairs, ``prefill_pairs`` of which are prefill pairs (MLA prices them apart,
+        `prefill_pair_extra_flops`), and ``sample_seqs`` sampling sequences."""
         return (
             float(self.linear_flops_per_token) * tokens
             + float(self.attn_flops_per_pair) * attn_pairs
             + float(self.lm_head_flops_per_seq) * sample_seqs
+            + self.prefill_pair_extra_flops * prefill_pairs
         )
 
     def step_min_bytes(self, steps: float, kv_tokens: float) -> float:

@@ -34,6 +34,7 @@ def engine_facts(num_blocks=10_000, block_size=16, max_model_len=8192, seed=0):
         "block_size": block_size,
         "num_blocks": num_blocks,
         "kv_bytes_per_token_per_gpu": 131072.0,
+        "kv_bytes_held": lambda n: n * 131072.0,
         "rng": np.random.default_rng(seed),
     }
 

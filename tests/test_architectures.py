@@ -192,6 +192,76 @@ def test_windowed_reads_against_brute_force():
     assert d.decode_excess() == sum(max(0, q.num_computed + 1 - 7) for q in reqs)
 
 
+#: Bytes one GPU holds (`ShardedModel.kv_bytes_held`) at 16-token blocks, TP1, bf16, by hand.
+#: gpt-oss-20b: 12 full + 12 sliding layers (window 128), 2 x 8 x 64 x 2 B = 2,048 B per layer
+#: and token; a sliding layer at n computed tokens has freed (n - 128 + 1) // 16 blocks (the
+#: allocator's rule): 248 blocks at 4,096 and 2,040 at 32,768, so it holds 128 tokens in both.
+#: Gemma-3-27B: 10 full + 52 sliding layers (window 1,024), 2 x 16 x 128 x 2 B = 8,192 B; a
+#: sliding layer frees 192 blocks at 4,096 and 1,984 at 32,768: it holds 1,024 tokens.
+KV_HELD_BY_HAND = {
+    ("gpt-oss-20b", 4096): 4096 * 12 * 2048 + 128 * 12 * 2048,  # 103,809,024
+    ("gpt-oss-20b", 32768): 32768 * 12 * 2048 + 128 * 12 * 2048,  # 808,452,096
+    ("gemma-3-27b", 4096): 4096 * 10 * 8192 + 1024 * 52 * 8192,  # 771,751,936
+    ("gemma-3-27b", 32768): 32768 * 10 * 8192 + 1024 * 52 * 8192,  # 3,120,562,176
+}
+
+
+@pytest.mark.parametrize(("name", "tokens"), sorted(KV_HELD_BY_HAND))
+def test_kv_bytes_held_by_hand(name, tokens):
+    from simulator.served import ShardedModel
+
+    sm = ShardedModel(MODELS[name])
+    assert sm.kv_bytes_held(tokens, 16) == KV_HELD_BY_HAND[name, tokens]
+    assert sm.kv_bytes_held(tokens, 16) < tokens * sm.kv_bytes_per_token_per_gpu
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "qwen3-30b-a3b", "deepseek-v2-lite"])
+def test_kv_bytes_held_is_every_token_without_sliding_layers(name):
+    """Full attention and MLA hold every token: swap and P/D bytes stay what they were."""
+    from simulator.served import ShardedModel
+
+    for tp in (1, 2):
+        sm = ShardedModel(MODELS[name], tp)
+        for n in (1, 17, 4096, 32768):
+            assert sm.kv_bytes_held(n, 16) == n * sm.kv_bytes_per_token_per_gpu
+
+
+def test_pd_transfer_of_a_sliding_model_copies_only_held_kv():
+    """gpt-oss-20b, two 4,096-token prompts, 1P1D over NVLink (450 GB/s, 3 us): each copy is
+    103,809,024 B (`KV_HELD_BY_HAND`), 0.5156x the 201,326,592 B of every layer x token."""
+    from tests.policy_kit import config, simulate_config
+
+    lengths = {"input": {"dist": "fixed", "value": 4096}, "output": {"dist": "fixed", "value": 2}}
+    cfg = config(cluster={"mode": "disaggregated", "prefill": {"replicas": 1},
+                          "decode": {"replicas": 1}, "link": "nvlink"},
+                 model="gpt-oss-20b", hardware={"gpu": "h200"},
+                 workload={"arrival": {"process": "poisson", "rate_per_s": 1.0},
+                           "lengths": lengths, "num_requests": 2})  # fmt: skip
+    pd = simulate_config(cfg)["disaggregation"]
+    held, every = KV_HELD_BY_HAND["gpt-oss-20b", 4096], 4096 * 24 * 2048
+    assert pd["transfers"] == 2 and pd["bytes"] == 2 * held
+    assert pd["copy_s_mean"] == pytest.approx(3e-6 + held / 450e9)
+    assert (pd["copy_s_mean"] - 3e-6) / (every / 450e9) == pytest.approx(held / every)
+    assert held / every == pytest.approx(0.515625)
+
+
+def test_swap_of_a_sliding_model_copies_only_held_kv():
+    from policies.preemption import Preemption
+    from simulator.cfg import Section
+    from simulator.request import Request
+    from simulator.served import ShardedModel
+
+    sm = ShardedModel(MODELS["gpt-oss-20b"])
+    engine = {"kv_bytes_held": lambda n: sm.kv_bytes_held(n, 16)}
+    pre = Preemption(Section({"preemption": "swap"}, "t.yaml", "scheduler"), engine)
+    req = Request(0, 0.0, 5000, 10)
+    req._num_computed = 4096
+    pre.swap_in(req)
+    assert pre.stats["swap_in_s"] == pytest.approx(
+        pre.link.latency + KV_HELD_BY_HAND["gpt-oss-20b", 4096] / pre.link.bandwidth
+    )
+
+
 # ---- item 3: mixture of experts ---------------------------------------------------------------
 
 
@@ -258,3 +328,48 @@ def test_base_keeps_the_architecture():
     assert g.layer_types == MODELS["gemma-3-27b"].layer_types and g.sliding_window == 1024
     with pytest.raises(ConfigError, match="layer_types"):
         load_model({"base": "gpt-oss-20b", "num_layers": 4}, "e.yaml", "model")
+
+
+def test_mla_prefill_flops_by_hand():
+    """DeepSeek-V2-Lite (27 layers, 16 heads, kv_lora_rank 512, qk_nope 128, qk_rope 64, v 128,
+    hidden 2,048), one 1,024-token prefill chunk with no prefix, TP1: causal pairs per layer
+    1,024 x 1,025 / 2 = 524,800.
+
+    * attention through vLLM's non-absorbed prefill path: 2 x 16 x (128 + 64 + 128) = 10,240
+      FLOPs per pair and layer: 27 x 10,240 x 524,800 = 145,096,704,000 (the absorbed decode
+      path's 2 x 16 x (576 + 512) = 34,816 would give 493,328,793,600);
+    * up-projection of the chunk's 1,024 latents (its whole context): 2 x 512 x 16 x (128 +
+      128) = 4,194,304 per token and layer, 27 x 1,024 x 4,194,304 = 115,964,116,992 (``kv_b``);
+    * the other GEMMs per token: q 2 x 2,048 x 3,072, kv_a 2 x 2,048 x 576, o 2 x 2,048 x 2,048
+      in 27 layers; one dense MLP 6 x 2,048 x 10,944; 26 MoE layers of router 2 x 2,048 x 64,
+      6 routed experts 6 x 2,048 x 1,408 each and 2 shared 6 x 2,048 x 2,816.
+    """
+    from simulator.served import ShardedModel
+
+    sm = ShardedModel(MODELS["deepseek-v2-lite"])
+    pairs = 1024 * 1025 // 2
+    attention = 27 * 10240 * pairs
+    assert attention == 145_096_704_000
+    up = 27 * 1024 * 2 * 512 * 16 * 256
+    assert up == 115_964_116_992
+    other = 27 * 2 * 2048 * (3072 + 576 + 2048) + 6 * 2048 * 10944
+    other += 26 * (2 * 2048 * 64 + 6 * 6 * 2048 * 1408 + 6 * 2048 * 2816)
+    total = attention + up + 1024 * other
+    assert total == 4_735_879_872_512
+    assert sm.step_flops(1024, pairs, prefill_pairs=pairs) == total
+    # decode pairs keep the absorbed path
+    assert sm.step_flops(0, 1, prefill_pairs=0) == 27 * 34816
+
+
+def test_mla_prefill_attention_in_roofline_breakdown():
+    from simulator.hardware import GPUS
+    from simulator.latency.roofline import RooflineLatencyModel
+
+    rl = RooflineLatencyModel(MODELS["deepseek-v2-lite"], GPUS["h200"])
+    pairs = 1024 * 1025 / 2
+    prefill = rl.breakdown(1024, pairs, 1, 0, 0)
+    decode = rl.breakdown(0, 0, 0, 1024, pairs)
+    lm = rl.served.op("lm_head").flops_per_token
+    assert prefill["flops"] == pytest.approx(4_735_879_872_512 + lm, rel=1e-12)
+    linear = 1024 * rl.served.linear_flops_per_token
+    assert decode["flops"] == pytest.approx(linear + 27 * 34816 * pairs + 1024 * lm, rel=1e-12)

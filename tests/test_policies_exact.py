@@ -261,7 +261,7 @@ def test_disaggregated_request_timeline():
 
     ds = DisaggSpec(
         pool("continuous"), pool("chunked_prefill"), 1, 1,
-        LinkSpec(name="slow", bandwidth=32.0, latency=0.5), 1, 1.0,
+        LinkSpec(name="slow", bandwidth=32.0, latency=0.5), 1, lambda n: n * 1.0,
     )  # fmt: skip
     import numpy as np
 

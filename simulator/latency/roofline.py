@@ -272,6 +272,7 @@ class RooflineLatencyModel:
             out["gemm_memory_s"] += b / bw
         attn = sm.op("attention")
         attn_f = L * attn.flops_per_token * (prefill_attn + decode_ctx)
+        attn_f += sm.prefill_pair_extra_flops * prefill_attn  # MLA's prefill path; else 0.0
         attn_b = L * (
             t * attn.act_bytes_per_token + (prefill_tokens + decode_ctx) * attn.kv_bytes_per_key
         )
