@@ -559,24 +559,7 @@ def load_model(value: Any, where: str, key: str) -> ModelSpec:
     name = sec.str("name", base.name if base else "custom")
     num_layers = sec.int("num_layers", dflt("num_layers"), min=1)
     hidden = sec.int("hidden_size", dflt("hidden_size"), min=1)
-    heads = sec.int("num_heads", dflt("num_heads"), min=1)
-    kv_heads = sec.int("num_kv_heads", dflt("num_kv_heads", heads), min=1)
-    if heads % kv_heads:
-        raise sec.error(
-            "num_kv_heads", f"num_heads {heads} must be divisible by num_kv_heads {kv_heads}"
-        )
-    if base is not None and (sec.has("hidden_size") or sec.has("num_heads")):
-        head_dim_default = None  # shape changed: recompute from hidden / heads
-    else:
-        head_dim_default = base.head_dim if base is not None else None
-    head_dim = sec.int("head_dim", head_dim_default, min=1)
-    if head_dim is None:
-        if hidden % heads:
-            raise sec.error(
-                "head_dim",
-                f"required when hidden_size {hidden} is not divisible by num_heads {heads}",
-            )
-        head_dim = hidden // heads
+    heads, kv_heads, head_dim = _read_heads(sec, dflt, base, hidden)
     intermediate = sec.int("intermediate_size", dflt("intermediate_size"), min=1)
     vocab = sec.int("vocab_size", dflt("vocab_size"), min=1)
     weights = sec.str("weights", dflt("weights", "bf16"), choices=list(WEIGHT_FORMATS))
@@ -606,6 +589,30 @@ def load_model(value: Any, where: str, key: str) -> ModelSpec:
         )
     except ValueError as e:
         raise ConfigError(where, key, f"{e} (overriding shapes of {base_name})") from None
+
+
+def _read_heads(sec: Section, dflt, base, hidden: int) -> tuple[int, int, int]:
+    """``num_heads``, ``num_kv_heads`` (default: MHA) and ``head_dim`` (default: the base's,
+    unless the shape changed, else ``hidden_size / num_heads``), checked."""
+    heads = sec.int("num_heads", dflt("num_heads"), min=1)
+    kv_heads = sec.int("num_kv_heads", dflt("num_kv_heads", heads), min=1)
+    if heads % kv_heads:
+        raise sec.error(
+            "num_kv_heads", f"num_heads {heads} must be divisible by num_kv_heads {kv_heads}"
+        )
+    if base is not None and (sec.has("hidden_size") or sec.has("num_heads")):
+        head_dim_default = None  # shape changed: recompute from hidden / heads
+    else:
+        head_dim_default = base.head_dim if base is not None else None
+    head_dim = sec.int("head_dim", head_dim_default, min=1)
+    if head_dim is None:
+        if hidden % heads:
+            raise sec.error(
+                "head_dim",
+                f"required when hidden_size {hidden} is not divisible by num_heads {heads}",
+            )
+        head_dim = hidden // heads
+    return heads, kv_heads, head_dim
 
 
 def _load_config_file(sec: Section, where: str) -> ModelSpec:
