@@ -148,3 +148,25 @@ def test_a_cut_short_profile_keeps_its_finished_scenarios(tmp_path):
     assert phase["cut_short"] and len(phase["scenarios"]) == 3 and len(phase["requests"]) == 3
     with pytest.raises(ConfigError, match="no profile phase"):
         vllm_table.load_profile_phase(tmp_path / "empty")
+
+
+def test_rebuilding_a_shipped_table_reproduces_it_and_refuses_another_precision(tmp_path, capsys):
+    """`servesim profile --engine vllm --rebuild` on the shipped fp8 run gives back the shipped
+    steps.csv byte for byte; asked for bf16 it refuses, naming the engine record."""
+    import shutil
+    from pathlib import Path
+
+    from simulator.cli import main
+
+    shipped = Path(__file__).resolve().parents[1] / "profiles/h200/vllm-0.24/llama-3-8b_fp8_tp1"
+    out = tmp_path / "fp8"
+    shutil.copytree(shipped / "raw", out / "raw")
+    args = ["profile", "--engine", "vllm", "--model", "llama-3-8b", "--gpu-key", "h200"]
+    fp8 = ["--weights", "fp8", "--kv-cache-dtype", "fp8"]
+    assert main([*args, *fp8, "--out", str(out), "--rebuild"]) == 0
+    assert (out / "steps.csv").read_bytes() == (shipped / "steps.csv").read_bytes()
+    assert (out / "energy.csv").read_bytes() == (shipped / "energy.csv").read_bytes()
+    capsys.readouterr()
+    assert main([*args, "--out", str(out), "--rebuild"]) == 2
+    err = capsys.readouterr().err
+    assert "engine.json" in err and "fp8 weights" in err and "bf16 weights" in err
