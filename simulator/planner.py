@@ -459,10 +459,18 @@ def _estimate_at_load(probes: list[dict], load: float) -> dict:
 
 
 def rank(units: list[dict]) -> list[dict]:
-    """Sized units, cheapest first (ties: lower p95 TTFT, then name)."""
+    """Sized units, cheapest first; energy is the second objective (ties in $/hour: fewer
+    joules per output token), then lower p95 TTFT, then name. A unit whose energy is unknown
+    ranks after the known ones at its price."""
     sized = [u for u in units if u["status"] == "sized"]
     inf = float("inf")
-    return sorted(sized, key=lambda u: (u["usd_per_hour"], u["ttft_p95_s"] or inf, u["point"]))
+
+    def key(u):
+        joules = u.get("joules_per_output_token")
+        return (u["usd_per_hour"], inf if joules is None else joules, u["ttft_p95_s"] or inf,
+                u["point"])  # fmt: skip
+
+    return sorted(sized, key=key)
 
 
 #: A deployment that misses its verification is tried again with one more unit, at most this

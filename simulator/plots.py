@@ -365,33 +365,42 @@ def _meta(ext: str) -> dict:
 
 def plot_pareto(plan_csv: Path, out_png: Path) -> Path | None:
     """Cost ($/hour) against p95 TTFT of every sized deployment of a ``servesim plan``, read from
-    its saved ``plan.csv``: the Pareto front (no other point is both cheaper and faster) joined,
-    the answer ringed. None when no deployment was sized (nothing to draw)."""
+    its saved ``plan.csv``, and, beside it, cost against joules per output token (the plan's
+    second objective) when the plan has energy figures: each panel's Pareto front (no other
+    point is both cheaper and better) joined, the answer ringed. None when no deployment was
+    sized (nothing to draw)."""
     df = pd.read_csv(plan_csv)
     df = df[df["status"] == "sized"].dropna(subset=["usd_per_hour", "ttft_p95_s"])
     if df.empty:
         return None
-    df = df.sort_values(["usd_per_hour", "ttft_p95_s"])
-    front = df[df["ttft_p95_s"] < df["ttft_p95_s"].cummin().shift(fill_value=np.inf)]
-    fig = Figure(figsize=(7.5, 4.8))
-    ax = fig.add_subplot()
-    ax.scatter(df["usd_per_hour"], df["ttft_p95_s"] * 1000, color="0.6", label="deployments")
-    ax.plot(front["usd_per_hour"], front["ttft_p95_s"] * 1000, "o-", color="C0",
-            label="Pareto front")  # fmt: skip
-    answer = df[df["answer"].astype(str) == "True"]
-    if not answer.empty:
-        ax.scatter(answer["usd_per_hour"], answer["ttft_p95_s"] * 1000, s=220,
-                   facecolors="none", edgecolors="C3", linewidths=2, label="answer")  # fmt: skip
-    for _, r in df.iterrows():
-        label = f"{r['gpu']} tp{int(r['tp'])} {r['precision']} x{int(r['replicas'])}"
-        ax.annotate(label, (r["usd_per_hour"], r["ttft_p95_s"] * 1000), fontsize=7,
-                    xytext=(4, 3), textcoords="offset points")  # fmt: skip
-    ax.set_xlabel("cost ($/hour)")
-    ax.set_ylabel("p95 TTFT (ms)")
-    ax.set_title("servesim plan: cost vs p95 TTFT (verified: all units at the target rate; "
-        "others: one unit at >= its share)",
-                 fontsize=9)  # fmt: skip
-    ax.legend(fontsize=8)
+    energy = "joules_per_output_token" in df and df["joules_per_output_token"].notna().any()
+    fig = Figure(figsize=(13, 4.8) if energy else (7.5, 4.8))
+    panels = [("ttft_p95_s", 1000, "p95 TTFT (ms)")]
+    if energy:
+        panels.append(("joules_per_output_token", 1, "J per output token"))
+    for i, (col, scale, label) in enumerate(panels):
+        _pareto_panel(fig.add_subplot(1, len(panels), i + 1), df.dropna(subset=[col]), col,
+                      scale, label)  # fmt: skip
+    fig.suptitle("servesim plan: cost vs p95 TTFT and energy (verified: all units at the target "
+                 "rate; others: one unit at >= its share)", fontsize=9)  # fmt: skip
     fig.tight_layout()
     fig.savefig(out_png, dpi=120)
     return out_png
+
+
+def _pareto_panel(ax, df: pd.DataFrame, col: str, scale: float, label: str) -> None:
+    df = df.sort_values(["usd_per_hour", col])
+    front = df[df[col] < df[col].cummin().shift(fill_value=np.inf)]
+    ax.scatter(df["usd_per_hour"], df[col] * scale, color="0.6", label="deployments")
+    ax.plot(front["usd_per_hour"], front[col] * scale, "o-", color="C0", label="Pareto front")
+    answer = df[df["answer"].astype(str) == "True"]
+    if not answer.empty:
+        ax.scatter(answer["usd_per_hour"], answer[col] * scale, s=220,
+                   facecolors="none", edgecolors="C3", linewidths=2, label="answer")  # fmt: skip
+    for _, r in df.iterrows():
+        name = f"{r['gpu']} tp{int(r['tp'])} {r['precision']} x{int(r['replicas'])}"
+        ax.annotate(name, (r["usd_per_hour"], r[col] * scale), fontsize=7,
+                    xytext=(4, 3), textcoords="offset points")  # fmt: skip
+    ax.set_xlabel("cost ($/hour)")
+    ax.set_ylabel(label)
+    ax.legend(fontsize=8)

@@ -171,3 +171,17 @@ def test_long_point_names_still_make_valid_record_files():
     short, long_a, long_b = "gpu=h200,tp=2", "x" * 300 + "a", "x" * 300 + "b"
     assert record_file(short) == "gpu=h200,tp=2.json"
     assert len(record_file(long_a)) < 255 and record_file(long_a) != record_file(long_b)
+
+
+def test_energy_breaks_ties_in_cost():
+    """Energy is the plan's second objective: at equal $/hour fewer joules per output token
+    ranks first (before p95 TTFT), and an unknown energy ranks after the known ones."""
+    from simulator.planner import rank
+
+    def unit(point, usd, joules, ttft):
+        return {"status": "sized", "point": point, "usd_per_hour": usd,
+                "joules_per_output_token": joules, "ttft_p95_s": ttft}  # fmt: skip
+
+    units = [unit("a", 36.0, 0.9, 0.1), unit("b", 36.0, 0.5, 0.4), unit("c", 36.0, None, 0.05),
+             unit("d", 30.0, 2.0, 0.9), {"status": "infeasible", "point": "e"}]  # fmt: skip
+    assert [u["point"] for u in rank(units)] == ["d", "b", "a", "c"]
