@@ -79,15 +79,20 @@ class EnergySampler:
         self.error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # one handle, written by the sampling thread and by `mark` under one lock: whole
+        # lines only, so a window mark never lands inside a batch of samples
+        self._file = open(self.path, "a")  # closed by stop()
+        self._lock = threading.Lock()
         try:
             self._nvml = _Nvml()
         except NvmlError as e:
             self._nvml, self.error = None, str(e)
-        self._write({"source": SOURCE, "period_s": period_s, "error": self.error})
+        self._write([{"source": SOURCE, "period_s": period_s, "error": self.error}])
 
-    def _write(self, obj) -> None:
-        with open(self.path, "a") as f:
-            f.write(json.dumps(obj) + "\n")
+    def _write(self, objs: list) -> None:
+        with self._lock:
+            self._file.writelines(json.dumps(x) + "\n" for x in objs)
+            self._file.flush()
 
     def start(self) -> EnergySampler:
         if self._nvml is not None:
@@ -97,29 +102,28 @@ class EnergySampler:
 
     def mark(self, key: str, t0: float, t1: float) -> None:
         """Record a named window (e.g. the idle one) beside the samples."""
-        self._write({key: [t0, t1]})
+        self._write([{key: [t0, t1]}])
 
     def _run(self) -> None:
         batch: list = []
-        with open(self.path, "a") as f:
-            while not self._stop.is_set():
-                try:
-                    batch.append([time.monotonic(), self._nvml.energy_mj()])
-                except NvmlError as e:
-                    self.error = str(e)
-                    f.write(json.dumps({"error": self.error}) + "\n")
-                    break
-                if len(batch) * self.period_s >= 1.0:
-                    f.writelines(json.dumps(x) + "\n" for x in batch)
-                    f.flush()
-                    batch.clear()
-                self._stop.wait(self.period_s)
-            f.writelines(json.dumps(x) + "\n" for x in batch)
+        while not self._stop.is_set():
+            try:
+                batch.append([time.monotonic(), self._nvml.energy_mj()])
+            except NvmlError as e:
+                self.error = str(e)
+                batch.append({"error": self.error})
+                break
+            if len(batch) * self.period_s >= 1.0:
+                self._write(batch)
+                batch = []
+            self._stop.wait(self.period_s)
+        self._write(batch)
 
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        self._file.close()
 
 
 SOURCE = "nvml total_energy_consumption"
