@@ -37,7 +37,8 @@ METRICS = tuple(
 
 
 def real_metrics(phase: dict) -> dict:
-    """The summary sections of `METRICS` from a real replay phase."""
+    """The summary sections of `METRICS` from a real replay phase, and its ``window``: first
+    submission, last token and output tokens (what throughput and energy are taken over)."""
     ttft, tpot, itl, e2e, first, last, tokens = [], [], [], [], [], [], 0
     for rec in phase["requests"].values():
         times = rec["times"]
@@ -65,6 +66,7 @@ def real_metrics(phase: dict) -> dict:
         "requests_per_s": len(ttft) / span,
         "output_tokens_per_s": tokens / span,
     }
+    out["window"] = {"t0": min(first), "t1": max(last), "output_tokens": tokens}
     return out
 
 
@@ -86,18 +88,15 @@ def load_phase(path: Path) -> dict:
     return phase
 
 
-def energy_check(phase: dict, sim: dict) -> dict | None:
+def energy_check(phase: dict, sim: dict, window: dict) -> dict | None:
     """Joules per output token, simulated (the latency table's energy model, idle included) vs
-    measured (the GPUs' energy counter from the first submission to the last token), or None
-    when the real run read no energy."""
+    measured (the GPUs' energy counter over the real run's ``window``: first submission to last
+    token, `real_metrics`), or None when the real run read no energy."""
     rec = phase.get("energy_record")
-    reqs = phase["requests"].values()
     if not rec or not rec.get("t"):
         return None
-    t0 = min(r["t_submit"] for r in reqs)
-    t1 = max(r["times"][-1][0] for r in reqs if r["times"])
-    joules = energy_between(rec, t0, t1)
-    tokens = sum(k for r in reqs for _, k in r["times"])
+    joules = energy_between(rec, window["t0"], window["t1"])
+    tokens = window["output_tokens"]
     sim_j = (sim.get("energy") or {}).get("joules_per_output_token")
     if joules is None or not tokens or sim_j is None:
         return None
@@ -153,7 +152,7 @@ def compare(cfg: dict, where: str, phase: dict) -> dict:
         "max_abs_err": float(max(errs)),
         "latency_model": sim["latency_model"].get("name"),
         "sim_steps": _batch_stats(sim_steps["decode_seqs"], sim_steps["prefill_tokens"]),
-        "energy": energy_check(phase, sim),
+        "energy": energy_check(phase, sim, real["window"]),
     }
 
 
