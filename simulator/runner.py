@@ -115,7 +115,7 @@ def _read_hardware(top: Section, model, where: str) -> _Hardware:
     return _Hardware(gpu, tp, expert_parallel, price, usd_per_kwh)
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Cluster:
     """The ``cluster`` section as read, and the KV geometry every request must fit."""
 
@@ -138,20 +138,21 @@ def _read_cluster(top, kvs, main, model, hwr: _Hardware, where: str) -> _Cluster
     router = ROUTERS[router_name](rview)
     rview.done()
     mark_all_used(rsec)
-    out = _Cluster(mode, router_name, router, None, 1, main.num_blocks, main.block_size)
     if mode == "disaggregated":
         from simulator.disagg import DisaggSpec
 
         if cl.has("replicas"):
             raise cl.error("replicas", "disaggregated mode counts replicas per pool")
         disagg = DisaggSpec.parse(cl, top.data.get("scheduler"), kvs, model, hwr.gpu, hwr.tp, where)
-        out.disagg = disagg
-        out.num_replicas = disagg.prefill_replicas + disagg.decode_replicas
         # requests must fit the smaller of the two pools' caches
-        out.num_blocks = min(disagg.prefill.num_blocks, disagg.decode.num_blocks)
-        out.block_size = disagg.prefill.block_size
+        out = _Cluster(
+            mode, router_name, router, disagg, disagg.prefill_replicas + disagg.decode_replicas,
+            min(disagg.prefill.num_blocks, disagg.decode.num_blocks), disagg.prefill.block_size,
+        )  # fmt: skip
     else:
-        out.num_replicas = cl.int("replicas", 1, min=1, max=MAX_REPLICAS)
+        replicas = cl.int("replicas", 1, min=1, max=MAX_REPLICAS)
+        out = _Cluster(mode, router_name, router, None, replicas, main.num_blocks,
+                       main.block_size)  # fmt: skip
     cl.done()
     return out
 
