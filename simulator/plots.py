@@ -150,12 +150,7 @@ class Sweep:
 
     def title(self) -> str:
         name = load_config(self.folder / self.df["folder"].iloc[0]).get("name", self.folder.name)
-        t = _title(self.folder / self.df["folder"].iloc[0])
-        if "model" in self.per_line:
-            t = t.replace(t.split(" on ")[0], "models per line", 1)
-        if "latency" in self.per_line:
-            t = t.split(", latency model:")[0] + ", latency model: per line"
-        return f"{name}: {t}"
+        return f"{name}: {_title(self.folder / self.df['folder'].iloc[0], self.per_line)}"
 
     def line(self, label: str, metric: str):
         """x values, mean, band low, band high of ``metric`` for one line."""
@@ -210,8 +205,14 @@ def _flat(d: dict, prefix: str = "") -> list[str]:
     return out
 
 
-def _title(run_dir: Path) -> str:
+def _title(run_dir: Path, per_line=()) -> str:
+    """Model, GPU, TP, replicas and latency model of a run; a field named in ``per_line``
+    differs between a figure's lines, which name their own, so the title says so instead."""
     s = describe_setup(run_dir)
+    if "model" in per_line:
+        s["model"] = "models per line"
+    if "latency" in per_line:
+        s["latency"] = "per line"
     reps = f" x{s['replicas']} replicas" if s["replicas"] and s["replicas"] > 1 else ""
     return f"{s['model']} on {s['gpu']} (TP{s['tp']}){reps}, latency model: {s['latency']}"
 
