@@ -7,7 +7,7 @@ VL=/root/vl
 mkdir -p $VL
 mv .vllm/p0* $VL/ 2>/dev/null || true
 if [ ! -d $VL/site/vllm ]; then
-  (cd $VL && cat p00 p01 p02 > all.tar && sha256sum all.tar && tar xf all.tar && mkdir -p site \
+  (cd $VL && cat $(ls p0* | sort) > all.tar && sha256sum all.tar && tar xf all.tar && mkdir -p site \
     && tar xJf vllm-trim.tar.xz -C site \
     && python3 -m pip install -q --no-index --no-deps --no-compile --target site deps/*.whl \
     && rm -f all.tar vllm-trim.tar.xz) || { echo "vllm install failed"; exit 3; }
