@@ -1,10 +1,12 @@
-"""Step time vs batch for Llama-3-8B on one H200, bf16 vs FP8 (W8A8 + FP8 KV), measured through
-vLLM 0.24.0 and as the roofline bound sees it (CPU, seconds; the figure of quantization.yaml).
+"""Step time vs batch for Llama-3-8B on one H200, bf16 vs FP8 (W8A8 + FP8 KV) vs int4 (GPTQ w4a16,
+group 128, bf16 KV), measured through vLLM 0.24.0 and as the roofline bound sees it (CPU,
+seconds; the figure of quantization.yaml).
 
     python experiments/quantization_decode.py [--out experiments/figures/quantization_steps.png]
 
 Decode-only steps at 1,024 tokens of context per sequence, and single-prompt prefill steps,
-predicted by the tables measured through vLLM (`profiles/h200/vllm-0.24/llama-3-8b[_fp8]_tp1`)
+predicted by the tables measured through vLLM (`profiles/h200/vllm-0.24/llama-3-8b_tp1`,
+`..._fp8_tp1`, `..._int4-kv-bf16_tp1`: vLLM ran the int4 one with its Machete kernel)
 and by the roofline model from the same model description. Prints the table it plots.
 """
 
@@ -31,12 +33,15 @@ CTX = 1024
 def models() -> dict:
     bf16 = MODELS["llama-3-8b"]
     fp8 = dataclasses.replace(bf16, weights="fp8", kv_cache_dtype="fp8")
+    int4 = dataclasses.replace(bf16, weights="int4")
     tables = ROOT / "profiles/h200/vllm-0.24"
     return {
         "bf16 (vLLM)": EngineStepModel(tables / "llama-3-8b_tp1", "llama-3-8b", 1),
         "fp8 (vLLM)": EngineStepModel(tables / "llama-3-8b_fp8_tp1", "llama-3-8b", 1),
+        "int4 (vLLM)": EngineStepModel(tables / "llama-3-8b_int4-kv-bf16_tp1", "llama-3-8b", 1),
         "bf16 (roofline)": RooflineLatencyModel(bf16, GPUS["h200"], 1),
         "fp8 (roofline)": RooflineLatencyModel(fp8, GPUS["h200"], 1),
+        "int4 (roofline)": RooflineLatencyModel(int4, GPUS["h200"], 1),
     }
 
 
@@ -53,19 +58,25 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "experiments/figures/quantization_steps.png"))
     a = ap.parse_args()
     lats = models()
-    print("decode step (ms) at 1024-token contexts; fp8/bf16 ratio per latency model")
+    print("decode step (ms) at 1024-token contexts; fp8/bf16 and int4/bf16 ratios")
     for b in BATCHES:
         t = {k: decode_ms(m, b) for k, m in lats.items()}
-        ratios = t["fp8 (vLLM)"] / t["bf16 (vLLM)"], t["fp8 (roofline)"] / t["bf16 (roofline)"]
-        print(f"  B={b:<4}" + "".join(f" {k} {v:6.2f}" for k, v in t.items())
-              + f"  ratio vLLM {ratios[0]:.2f} roofline {ratios[1]:.2f}")  # fmt: skip
+        print(f"  B={b:<4}" + "".join(f" {k} {v:6.2f}" for k, v in t.items()) + _ratios(t))
     print("prefill step of one prompt (ms)")
     for p in PROMPTS:
         t = {k: prefill_ms(m, p) for k, m in lats.items()}
-        print(f"  P={p:<5}" + "".join(f" {k} {v:7.1f}" for k, v in t.items())
-              + f"  ratio vLLM {t['fp8 (vLLM)'] / t['bf16 (vLLM)']:.2f}")  # fmt: skip
+        print(f"  P={p:<5}" + "".join(f" {k} {v:7.1f}" for k, v in t.items()) + _ratios(t))
     _plot(lats, Path(a.out))
     return 0
+
+
+def _ratios(t: dict) -> str:
+    """Each quantized step time over bf16's, for the vLLM tables and for the roofline."""
+    return "  ratio " + " ".join(
+        f"{q} {src} {t[f'{q} ({src})'] / t[f'bf16 ({src})']:.2f}"
+        for q in ("fp8", "int4")
+        for src in ("vLLM", "roofline")
+    )
 
 
 def _plot(lats: dict, out: Path) -> None:

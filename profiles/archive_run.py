@@ -39,10 +39,16 @@ def archive(run_dir: Path, dest: Path) -> list[str]:
     """Copy ``run_dir``'s run into ``dest`` (created); returns the names written."""
     run_dir, dest = Path(run_dir), Path(dest)
     if not (run_dir / "engine.json").is_file():
-        raise ConfigError(str(run_dir), "engine.json", "missing: expected a vLLM run folder (what device_vllm.sh writes)")
+        raise ConfigError(
+            str(run_dir),
+            "engine.json",
+            "missing: expected a vLLM run folder (what device_vllm.sh writes)",
+        )
     steps = read_steps(str(run_dir / "steps.jsonl"))
     if not steps:
-        raise ConfigError(str(run_dir), "steps.jsonl.*", "missing: expected the engine's step records")
+        raise ConfigError(
+            str(run_dir), "steps.jsonl.*", "missing: expected the engine's step records"
+        )
     dest.mkdir(parents=True, exist_ok=True)
     written = []
     for name in ("engine.json", "log.txt"):

@@ -229,4 +229,37 @@ def schedule_match(cfg: dict, where: str, phase: dict, steps: list[dict]) -> dic
         "sim_steps": int(len(sp)),
         "identical": same / n if n else 0.0,
         "within_one_decode_and_5pct_prefill": near / n if n else 0.0,
+        "step_model_on_real_batches": step_model_on_real_batches(built.latency, real),
+    }
+
+
+def step_model_on_real_batches(latency, real: list[dict]) -> dict | None:
+    """The table charged with the batches vLLM really ran: its summed prediction over the
+    phase's busy steps against their summed measured intervals, and its per-step error on
+    decode-only steps that carry no exposed prefill launch.
+
+    Why: a metric error mixes step-time error with the scheduling and queueing that follow
+    from it (near saturation a few percent of step time become tens of percent of TPOT); this
+    isolates the first. Steps planned on an idle engine are left out (their start is the plan,
+    not the previous completion). None for a latency model without recorded-step prediction
+    (only engine-step tables have one)."""
+    predict = getattr(latency, "predict_row", None)
+    if predict is None:
+        return None
+    busy = [r for r in real if not r["after_idle"]]
+    if not busy:
+        return None
+    pred = [predict(r) for r in busy]
+    meas = [r["dur_us"] * 1e-6 for r in busy]
+    clean = [
+        p / m - 1
+        for k, (r, p, m) in enumerate(zip(busy, pred, meas, strict=True))
+        if r["prefill_tokens"] == 0 and not (k + 1 < len(busy) and busy[k + 1]["exposes_launch"])
+    ]
+    return {
+        "busy_steps": len(busy),
+        "busy_time_err": sum(pred) / sum(meas) - 1,
+        "clean_decode_steps": len(clean),
+        "clean_decode_median_err": float(np.median(clean)) if clean else None,
+        "clean_decode_p95_abs_err": float(np.percentile(np.abs(clean), 95)) if clean else None,
     }

@@ -280,10 +280,13 @@ def test_a_quantized_model_never_gets_a_bf16_table():
     # fp8 weights + fp8 KV have a table of their own, measured in vLLM
     fp8 = {"base": "llama-3-8b", "weights": "fp8", "kv_cache_dtype": "fp8"}
     assert lat(fp8).dir.name == "llama-3-8b_fp8_tp1"
-    # fp8 weights with a bf16 KV cache, or int4 weights, have none: auto falls back, saying
-    # which table it refused
+    # int4 weights (bf16 KV) too; int4 weights with an fp8 KV cache or fp8 weights with a bf16
+    # KV cache have none: auto falls back, saying which table it refused
+    assert lat({"base": "llama-3-8b", "weights": "int4"}).dir.name == (
+        "llama-3-8b_int4-kv-bf16_tp1"
+    )
     w8 = {"base": "llama-3-8b", "weights": "fp8"}
-    for other in (w8, {"base": "llama-3-8b", "weights": "int4"}):
+    for other in (w8, {"base": "llama-3-8b", "weights": "int4", "kv_cache_dtype": "fp8"}):
         fallback = lat(other)
         assert fallback.name.startswith("roofline")
         assert any("measured bf16" in w for w in fallback.describe()["warnings"])
