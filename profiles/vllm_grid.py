@@ -10,7 +10,13 @@ compositions the latency model needs (see ``profiles/README.md``):
   beside later prefills (mixed steps), then all ``B`` decode together for ``out`` steps
   (decode-only steps at batch ``B`` and contexts ``C .. C + out``);
 * ``inject``: a running decode batch, into which single prompts of length ``P`` are injected one
-  at a time (mixed steps: ``B`` decodes + one chunk of ``P``).
+  at a time (mixed steps: ``B`` decodes + one chunk of ``P``);
+* ``inject`` with ``rate_per_s``: prompts of lognormal lengths arrive at seeded exponential gaps
+  beside a small running batch, as they do in serving. Each arrival's prefill is launched behind
+  whatever runs then, mostly a 5-6 ms decode step that hides little of a 7-47 ms launch: the
+  pairs serving runs most (600-900 per served model in the validation replays) and one-at-a-time
+  injection samples least (~30 per run), where the tables charged serving's pairs 8-14% short
+  (validation/vllm-0.24/README.md).
 
 Every prompt is random token ids, distinct per request, so prefix caching (on, as ``vllm serve``
 has it) never hits. The held-out split is by scenario, so no held-out step has a near-twin (the
@@ -34,6 +40,10 @@ INJECT_BASES = (
     (4, 2048), (32, 2048), (96, 2048), (192, 1024),
 )  # fmt: skip
 INJECT_PROMPTS = (8, 64, 256, 512, 1024, 3000, 7000)
+#: (decode batch, context) of the arrival scenarios, their prompts' lognormal mean, how many
+#: arrive and at what rate (conversation-like prompts at a moderate serving rate)
+ARRIVAL_BASES = ((8, 1024), (16, 1024), (16, 2048), (32, 1024))
+ARRIVAL_MEAN, ARRIVAL_COUNT, ARRIVAL_RATE_PER_S, ARRIVAL_OUT = 1000, 40, 12.0, 4
 PREFILL_ONLY = (16, 48, 100, 200, 350, 500, 700, 1000, 1500, 2500, 4000, 6000, 8000)
 #: decode steps per batch scenario
 DECODE_OUT = 24
@@ -69,6 +79,14 @@ def scenarios(
             out.append(
                 {"id": f"inject_b{b}_c{c}", "kind": "inject", "prompts": [c] * b, "inject": inj}
             )
+    for b, c in ARRIVAL_BASES:
+        if b * c <= cap:
+            hi = max_model_len - c - ARRIVAL_OUT - 1
+            out.append(
+                _arrivals(
+                    f"arrive_b{b}_c{c}", b, c, _lognormal(rng, ARRIVAL_COUNT, ARRIVAL_MEAN, 1.0, hi)
+                )
+            )
     order = list(range(len(out)))
     rng.shuffle(order)
     for rank, i in enumerate(order):
@@ -78,6 +96,13 @@ def scenarios(
 
 def _batch(sid: str, prompts: list[int], n_out: int) -> dict:
     return {"id": sid, "kind": "batch", "prompts": prompts, "out": n_out}
+
+
+def _arrivals(sid: str, b: int, c: int, prompts: list[int]) -> dict:
+    return {
+        "id": sid, "kind": "inject", "prompts": [c] * b, "inject": prompts,
+        "rate_per_s": ARRIVAL_RATE_PER_S, "inject_out": ARRIVAL_OUT,
+    }  # fmt: skip
 
 
 def _lognormal(rng: random.Random, n: int, mean: float, sigma: float, hi: int) -> list[int]:

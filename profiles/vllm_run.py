@@ -34,6 +34,7 @@ import asyncio
 import gzip
 import json
 import os
+import random
 import sys
 import time
 from pathlib import Path
@@ -152,14 +153,30 @@ async def _inject(client: Client, sc: dict) -> None:
     ]
     await asyncio.gather(*(e.wait() for e in firsts))
     await asyncio.sleep(0.05)
-    for j, p in enumerate(sc["inject"]):
-        await client.request(f"{sid}/inj{j}", p, 2)
-        await asyncio.sleep(0.03)
+    if sc.get("rate_per_s"):
+        await _arrive(client, sc)
+    else:
+        for j, p in enumerate(sc["inject"]):
+            await client.request(f"{sid}/inj{j}", p, 2)
+            await asyncio.sleep(0.03)
     for i in range(len(base)):
         await client.engine.abort(f"{sid}/{i}")
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _arrive(client: Client, sc: dict) -> None:
+    """The injected prompts arrive at seeded exponential gaps (mean ``1 / rate_per_s``) without
+    waiting for each other, as serving's do; named ``inj<j>`` like one-at-a-time injections, so
+    the table builder treats them alike (not part of the scenario's submission burst)."""
+    rng = random.Random(f"{client.seed}/{sc['id']}/arrivals")
+    tasks = []
+    for j, p in enumerate(sc["inject"]):
+        req = client.request(f"{sc['id']}/inj{j}", p, sc.get("inject_out", 2))
+        tasks.append(asyncio.create_task(req))
+        await asyncio.sleep(rng.expovariate(sc["rate_per_s"]))
+    await asyncio.gather(*tasks)
 
 
 async def run_profile(client: Client, phase: dict, facts: dict, out: Path) -> dict:

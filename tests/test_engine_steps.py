@@ -434,3 +434,38 @@ def test_validate_engine_vllm_from_a_stored_run_and_its_refusal(tmp_path, capsys
     bad = args + ["--set", "workload.arrival.rate_scale=3", "--out", str(tmp_path / "bad")]
     assert main(bad) == 2
     assert "not a run of this experiment" in capsys.readouterr().err
+
+
+def test_arrival_scenarios_inject_spread_prompts_beside_small_batches():
+    arrive = [s for s in scenarios(8192, 900_000, seed=0) if s["id"].startswith("arrive_")]
+    assert arrive and all(s["kind"] == "inject" and s["rate_per_s"] > 0 for s in arrive)
+    for s in arrive:
+        assert len(set(s["inject"])) > 1  # lognormal lengths, not one prompt size
+        assert all(16 <= p and p + s["prompts"][0] + s["inject_out"] < 8192 for p in s["inject"])
+        assert len(s["prompts"]) <= 32
+
+
+def test_arrivals_are_submitted_without_waiting_for_each_other():
+    import asyncio
+
+    from profiles.vllm_run import _arrive
+
+    class FakeClient:
+        seed = 0
+
+        def __init__(self):
+            self.log = []
+
+        async def request(self, rid, prompt_len, n_out, first=None):
+            self.log.append(("start", rid, prompt_len, n_out))
+            await asyncio.sleep(0.01)  # a request lasts longer than the gaps between arrivals
+            self.log.append(("end", rid))
+
+    client = FakeClient()
+    sc = {"id": "arrive_x", "inject": [100, 200, 300], "rate_per_s": 1e4, "inject_out": 4}
+    asyncio.run(_arrive(client, sc))
+    starts = [e for e in client.log if e[0] == "start"]
+    assert starts == [("start", f"arrive_x/inj{j}", p, 4) for j, p in enumerate((100, 200, 300))]
+    # all three started before the first ended: arrivals overlap, as in serving
+    assert [e[0] for e in client.log[:3]] == ["start"] * 3
+    assert len(client.log) == 6
