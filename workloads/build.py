@@ -102,6 +102,35 @@ def build_workload(sec: Section, rng: np.random.Generator, base_dir: Path) -> Wo
     num_requests = sec.int("num_requests", None, min=1, max=MAX_GENERATED)
     limits = parse_limits(sec.section("limits", None))
     sec.done()
+    _check_trace_use(sec, trace, arrival)
+
+    streams = child_streams(rng, len(STREAMS))
+    fresh = [g.bit_generator.state for g in streams]
+    arrival_rng, input_rng, output_rng, order_rng = streams
+    cuts: dict[str, int] = {}
+    notes: dict = {}  # counts found on the way, appended to info at the end
+    n, horizon = _request_count(sec, trace, num_requests, limits, cuts, notes)
+    times = _arrival_times(sec, trace, arrival, n, horizon, arrival_rng)
+    times, prompt, output, hashes = _lengths(
+        trace, input_dist, output_dist, times, (input_rng, output_rng, order_rng), cuts, notes
+    )
+    times, prompt, output, hash_list = _within_limits(
+        sec, limits, times, prompt, output, hashes, cuts
+    )
+    requests = RequestColumns(times, prompt, output, hash_list)
+    info = _describe(trace, arrival, input_dist, output_dist, limits, times, prompt, output)
+    info.update(notes)
+    source = f"trace:{trace.text}" if trace else f"synthetic:{arrival.name}"
+    drew = tuple(
+        name
+        for name, g, s in zip(STREAMS, streams, fresh, strict=True)
+        if g.bit_generator.state != s
+    )
+    return Workload(requests=requests, source=source, cuts=cuts, info=info, random_draws=drew)
+
+
+def _check_trace_use(sec: Section, trace, arrival) -> None:
+    """Trace options that only make sense with one kind of arrival process."""
     trace_key = sec.key("trace")
     if trace is not None and trace.spread_s > 0 and not isinstance(arrival, Replay):
         raise ConfigError(
@@ -117,28 +146,26 @@ def build_workload(sec: Section, rng: np.random.Generator, base_dir: Path) -> Wo
             " synthetic arrival process",
         )
 
-    streams = child_streams(rng, len(STREAMS))
-    fresh = [g.bit_generator.state for g in streams]
-    arrival_rng, input_rng, output_rng, order_rng = streams
-    cuts: dict[str, int] = {}
-    notes: dict = {}  # counts found on the way, appended to info at the end
-    n, horizon = _request_count(sec, trace, num_requests, limits, cuts, notes)
 
-    # Arrival times (n of them, or all up to the horizon of an endless source).
+def _arrival_times(sec: Section, trace, arrival, n, horizon, arrival_rng) -> np.ndarray:
+    """Arrival times: ``n`` of them, or all up to the horizon of an endless source."""
     if isinstance(arrival, Replay):
-        times = _replay_times(sec, trace, arrival, n, horizon)
-    else:
-        try:
-            if n is None:
-                times = arrival.times_until(arrival_rng, horizon, MAX_GENERATED)
-            else:
-                times = arrival.times(arrival_rng, n)
-        except TooManyArrivals as exc:
-            raise ConfigError(sec.where, sec.key("limits.duration_s"), str(exc)) from None
-    n = len(times)
+        return _replay_times(sec, trace, arrival, n, horizon)
+    try:
+        if n is None:
+            return arrival.times_until(arrival_rng, horizon, MAX_GENERATED)
+        return arrival.times(arrival_rng, n)
+    except TooManyArrivals as exc:
+        raise ConfigError(sec.where, sec.key("limits.duration_s"), str(exc)) from None
 
-    # Lengths (and prefix block ids) from the trace rows, then any synthetic overrides.
-    hashes = None
+
+def _lengths(trace, input_dist, output_dist, times, rngs, cuts: dict, notes: dict):
+    """Prompt and output lengths (and prefix block ids) from the trace rows, then any synthetic
+    overrides; a trace's zero-output rows are handled by `_zero_outputs` (which may drop rows,
+    so the times come back too)."""
+    input_rng, output_rng, order_rng = rngs
+    n = len(times)
+    prompt = output = hashes = None
     if trace is not None:
         rows = _row_indices(n, len(trace.trace), trace.order, order_rng)
         prompt = trace.trace.num_prompt_tokens[rows]
@@ -153,7 +180,12 @@ def build_workload(sec: Section, rng: np.random.Generator, base_dir: Path) -> Wo
         times, prompt, output, hashes = _zero_outputs(
             trace, times, prompt, output, hashes, cuts, notes
         )
+    return times, prompt, output, hashes
 
+
+def _within_limits(sec: Section, limits, times, prompt, output, hashes, cuts: dict):
+    """The requests the limits keep (their cuts counted in ``cuts``); an empty result is an
+    error. Invariant checked: arrivals sorted, every length >= 1."""
     index, limit_cuts = apply_limits(limits, times, prompt, output)
     cuts.update(limit_cuts)
     if len(index) == 0:
@@ -162,19 +194,9 @@ def build_workload(sec: Section, rng: np.random.Generator, base_dir: Path) -> Wo
         )
     times, prompt, output = times[index], prompt[index], output[index]
     hash_list = [hashes[i] for i in index.tolist()] if hashes is not None else None
-    requests = RequestColumns(times, prompt, output, hash_list)
     if np.any(np.diff(times) < 0) or prompt.min() < 1 or output.min() < 1:
         raise AssertionError("workload invariant broken: unsorted arrivals or a length < 1")
-
-    info = _describe(trace, arrival, input_dist, output_dist, limits, times, prompt, output)
-    info.update(notes)
-    source = f"trace:{trace.text}" if trace else f"synthetic:{arrival.name}"
-    drew = tuple(
-        name
-        for name, g, s in zip(STREAMS, streams, fresh, strict=True)
-        if g.bit_generator.state != s
-    )
-    return Workload(requests=requests, source=source, cuts=cuts, info=info, random_draws=drew)
+    return times, prompt, output, hash_list
 
 
 # ---------------------------------------------------------------------------- config readers
