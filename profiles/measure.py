@@ -625,11 +625,6 @@ def profile_steps(
     rounds from its first one so the blocks left share the time left; the deadline cuts
     rounds (never below ``min_rounds``) before it cuts compositions.
     """
-    import gc
-
-    from profiles.timing import summarize
-    from simulator.latency.base import chunk_attn_pairs
-
     comps = step_compositions(runner.capacity_tokens, runner.max_tokens, runner.max_model_len)
     done = tbl.done_keys(out, "steps.csv", ("step_id",))
     todo = [c for c in comps if (c["step_id"],) not in done]
@@ -658,52 +653,71 @@ def profile_steps(
                 n_rounds = max(min_rounds, min(rounds, 1 + fit))
             order = list(chunk)
             order_rng.shuffle(order)
-            gc.collect()
-            gc.disable()
-            try:
-                for comp in order:
-                    sid = comp["step_id"]
-                    if sid in failed:
-                        continue
-                    try:
-                        runner.run_step(*batches[sid])
-                        for _ in range(timed_per_round):
-                            t0 = time.perf_counter()
-                            gpu = runner.run_step(*batches[sid])
-                            walls[sid].append((time.perf_counter() - t0) * 1e6)
-                            samples[sid].append(gpu * 1e6)
-                    except (ValueError, RuntimeError) as e:
-                        failed.add(sid)
-                        bar.step(f"skip {sid}: {str(e)[:30]}")
-            finally:
-                gc.enable()
+            _step_round(runner, order, batches, (samples, walls), failed, timed_per_round, bar)
             rnd += 1
         for comp in chunk:
             sid = comp["step_id"]
             if sid in failed or not samples[sid]:
                 continue
-            prefills, decodes = batches[sid]
-            row = {
-                "step_id": sid,
-                "kind": comp["kind"],
-                "cuda_graph": int(runner.uses_graph(prefills, decodes)),
-                "prefill_tokens": sum(c for _, c, _ in prefills),
-                "prefill_attn": sum(chunk_attn_pairs(c, b) for _, c, b in prefills),
-                "prefill_seqs": len(prefills),
-                "decode_seqs": len(decodes),
-                "decode_ctx": sum(n for _, n in decodes),
-                "decode_max": max((n for _, n in decodes), default=0),
-                "includes_allreduce": 1 if runner.tp == 1 else 0,
-                "split": comp["split"],
-                **summarize(samples[sid]),
-                **{f"wall_{k}": v for k, v in summarize(walls[sid]).items()},
-            }
+            row = _step_row(comp, batches[sid], runner, samples[sid], walls[sid])
             tbl.append_row(out, "steps.csv", row)
             count += 1
             bar.step(f"{comp['kind']} {row['median_us'] / 1e3:.2f}ms")
         sys.stderr.write(f"  block of {len(chunk)}: {rnd} rounds in {time.time() - t_block:.1f}s\n")
     bar.close()
     return count
+
+
+def _step_round(runner, order, batches, into, failed: set, timed_per_round: int, bar) -> None:
+    """One round over a block: each composition once untimed, then ``timed_per_round`` timed
+    runs (GPU time into ``into[0]``, wall time into ``into[1]``, microseconds), with the garbage
+    collector off so it cannot land inside a sample. A composition the runner refuses is added
+    to ``failed`` and skipped from then on."""
+    import gc
+
+    samples, walls = into
+    gc.collect()
+    gc.disable()
+    try:
+        for comp in order:
+            sid = comp["step_id"]
+            if sid in failed:
+                continue
+            try:
+                runner.run_step(*batches[sid])
+                for _ in range(timed_per_round):
+                    t0 = time.perf_counter()
+                    gpu = runner.run_step(*batches[sid])
+                    walls[sid].append((time.perf_counter() - t0) * 1e6)
+                    samples[sid].append(gpu * 1e6)
+            except (ValueError, RuntimeError) as e:
+                failed.add(sid)
+                bar.step(f"skip {sid}: {str(e)[:30]}")
+    finally:
+        gc.enable()
+
+
+def _step_row(comp: dict, batch, runner, samples: list[float], walls: list[float]) -> dict:
+    """One ``steps.csv`` row: the composition's features and its sample statistics."""
+    from profiles.timing import summarize
+    from simulator.latency.base import chunk_attn_pairs
+
+    prefills, decodes = batch
+    return {
+        "step_id": comp["step_id"],
+        "kind": comp["kind"],
+        "cuda_graph": int(runner.uses_graph(prefills, decodes)),
+        "prefill_tokens": sum(c for _, c, _ in prefills),
+        "prefill_attn": sum(chunk_attn_pairs(c, b) for _, c, b in prefills),
+        "prefill_seqs": len(prefills),
+        "decode_seqs": len(decodes),
+        "decode_ctx": sum(n for _, n in decodes),
+        "decode_max": max((n for _, n in decodes), default=0),
+        "includes_allreduce": 1 if runner.tp == 1 else 0,
+        "split": comp["split"],
+        **summarize(samples),
+        **{f"wall_{k}": v for k, v in summarize(walls).items()},
+    }
 
 
 # ---- all-reduce (one process per GPU) --------------------------------------------------------
