@@ -18,6 +18,7 @@ Exit codes: 0 ok, 2 bad input (one line on stderr, no traceback) or no torch / C
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -33,6 +34,7 @@ from simulator.argtypes import positive_float, positive_int
 from simulator.errors import ConfigError
 from simulator.files import check_out_dir, load_yaml_file
 from simulator.latency.base import STEP_FEATURES
+from simulator.precision import KV_CACHE_DTYPES, WEIGHT_FORMATS
 from simulator.served import ShardedModel
 
 #: meta.yaml's description of each mixed-step mode, and the table variant it names
@@ -295,8 +297,15 @@ def _profile(argv: list[str]) -> int:
     )
     ap.add_argument("--max-tokens", type=positive_int, default=16384,
                     help="largest token count profiled (default 16384)")  # fmt: skip
+    ap.add_argument("--weights", default="bf16", choices=list(WEIGHT_FORMATS),
+                    help="torch: bf16 or fp8 (W8A8); int4 via --engine vllm")  # fmt: skip
+    ap.add_argument("--kv-cache-dtype", default="bf16", choices=list(KV_CACHE_DTYPES),
+                    help="KV cache dtype (torch runs bf16; fp8 through vLLM only)")  # fmt: skip
     a = ap.parse_args(argv)
-    spec = _resolve_model(a.model)
+    spec = dataclasses.replace(
+        _resolve_model(a.model), weights=a.weights, kv_cache_dtype=a.kv_cache_dtype
+    )
+    _check_torch_precision(spec, a.tp)
     if os.path.isdir(a.out) and os.listdir(a.out) and not a.resume:
         raise ConfigError(a.out, "--out", "directory is not empty (use --resume to continue)")
     if a.redo_steps and (a.skip_steps or not a.resume):
@@ -325,6 +334,14 @@ def _profile(argv: list[str]) -> int:
     )
 
 
+def _check_torch_precision(spec, tp: int) -> None:
+    """Refuse, before any work, a precision the torch profiler has no kernels for."""
+    try:
+        torch_dtype_name(ShardedModel(spec, tp))
+    except ValueError as e:
+        raise ConfigError("<cli>", "--weights / --kv-cache-dtype", str(e)) from None
+
+
 def run_profile(
     spec,
     tp: int,
@@ -335,15 +352,11 @@ def run_profile(
     mixed_mode: str = "piecewise",
     redo_steps: bool = False,
 ) -> int:
+    """Op tables, all-reduce (tp > 1), whole steps and meta.yaml, each phase by its share of
+    ``budget_s`` (`PHASES`); resumable (rows already in ``out`` are kept)."""
     sh = ShardedModel(spec, tp)
-    try:  # refuse a precision this profiler cannot run before any work
-        torch_dtype_name(sh)
-    except ValueError as e:
-        raise ConfigError("--model", "weights", str(e)) from None
+    _check_torch_precision(spec, tp)
     import torch
-
-    from profiles import measure as M
-    from profiles.torch_model import StepRunner, varlen_features
 
     t0 = time.time()
     os.makedirs(out, exist_ok=True)
@@ -361,74 +374,158 @@ def run_profile(
     for name, frac in PHASES:
         acc += frac
         deadlines[name] = t0 + acc * budget_s
+    from profiles import measure as M
+
     grid = M.token_grid(max_tokens)
     torch.backends.cuda.matmul.allow_tf32 = False
     with torch.inference_mode():
-        for name in ("gemm", "elementwise", "attn_decode", "attn_decode_padded", "attn_prefill"):
-            ts = time.time()
-            if name == "gemm":
-                counts[name] = M.profile_gemm(out, sh, deadlines[name], grid)
-            elif name == "elementwise":
-                counts[name] = M.profile_elementwise(out, sh, deadlines[name], grid)
-            else:
-                free = torch.cuda.mem_get_info()[0]
-                pool_tokens = min(2**22, int(free * 0.5) // sh.op("attention").kv_bytes_per_key)
-                bench = M.AttnBench(sh, pool_tokens)
-                fn = getattr(M, f"profile_{name}")
-                counts[name] = fn(out, sh, deadlines[name], bench)
-                del bench
-                torch.cuda.empty_cache()
-            times[name] = round(time.time() - ts, 1)
-    ar_note = "not measured"
-    if tp > 1:
-        ts = time.time()
-        n = torch.cuda.device_count()
-        if n >= tp:
-            ar_grid = [t for t in grid if t <= max_tokens]
-            counts["allreduce"] = M.profile_allreduce(out, sh, tp, ar_grid)
-            ar_note = f"measured with NCCL on {tp} GPUs (NCCL_NVLS_ENABLE=0)"
-        elif str(prev.get("allreduce", "")).startswith("measured"):
-            ar_note = prev["allreduce"]  # resumed on fewer GPUs: keep the earlier measurement
-        else:
-            ar_note = f"not measured: {n} GPU(s) visible, tp={tp} needs {tp}"
-        times["allreduce"] = round(time.time() - ts, 1)
+        _profile_ops(out, sh, deadlines, grid, counts, times)
+    ar_note = _profile_allreduce(out, sh, tp, grid, max_tokens, prev, counts, times)
     runner_info = {}
     if not skip_steps:
-        ts = time.time()
-        runner = StepRunner(
-            spec,
-            tp=tp,
-            max_seqs=512,
-            max_tokens=max_tokens,
-            max_model_len=max(getattr(spec, "max_model_len", 8192), 65536),
-            mixed_mode=mixed_mode,
+        runner_info = _profile_whole_steps(
+            spec, tp, out, max_tokens, mixed_mode, deadlines["steps"], counts, times
         )
-        runner_info = {
-            "kv_layout": runner.kv_layout,
-            "shared_weights": runner.shared_weights,
-            "kv_capacity_tokens": runner.capacity_tokens,
-            "block_size": runner.block_size,
-            "mixed_steps": MIXED_STEPS_NOTE[mixed_mode],
-            "mixed_mode": mixed_mode,
-            **(
-                {
-                    "piecewise_sizes": list(runner.piecewise.sizes),
-                    "piecewise_capture_s": round(runner.piecewise.capture_s, 1),
-                }
-                if runner.piecewise
-                else {}
-            ),
-            "weight_gib": round(runner.weight_bytes / 2**30, 2),
-        }
-        counts["steps"] = M.profile_steps(out, runner, deadlines["steps"])
-        runner.close()
-        del runner
-        torch.cuda.empty_cache()
-        times["steps"] = round(time.time() - ts, 1)
     total = round(time.time() - t0, 1)
+    meta = _torch_table_meta(spec, sh, tp, mixed_mode, grid, max_tokens)
+    meta.update(
+        {
+            "allreduce": ar_note,
+            "allreduce_estimate": {"bus_gbps": 300.0, "latency_us": 12.0},
+            "step_runner": runner_info or prev.get("step_runner", {}),
+        }
+    )
+    meta["points_measured_this_run"] = counts
+    meta["time_taken_s"] = _merge_times(prev, times, total, replaced)
+    _write_meta_in_order(out, meta)
+    print(
+        f"profiled {spec.name} tp{tp} on {meta['gpu']['name']} in {total:.0f}s: "
+        + ", ".join(f"{k} {v}" for k, v in counts.items())
+    )
+    if not skip_steps and os.path.exists(os.path.join(out, "steps.csv")):
+        try:
+            from simulator.latency.profiled import load_for_report
+
+            print(format_report(load_for_report(out)))
+        except ConfigError as e:
+            print(f"report failed: {e.one_line()}")
+    return 0
+
+
+def _profile_ops(out: str, sh, deadlines: dict, grid: list[int], counts: dict, times: dict):
+    """The op tables: GEMMs, elementwise ops, decode / padded decode / prefill attention."""
+    import torch
+
+    from profiles import measure as M
+
+    for name in ("gemm", "elementwise", "attn_decode", "attn_decode_padded", "attn_prefill"):
+        ts = time.time()
+        if name == "gemm":
+            counts[name] = M.profile_gemm(out, sh, deadlines[name], grid)
+        elif name == "elementwise":
+            counts[name] = M.profile_elementwise(out, sh, deadlines[name], grid)
+        else:
+            free = torch.cuda.mem_get_info()[0]
+            pool_tokens = min(2**22, int(free * 0.5) // sh.op("attention").kv_bytes_per_key)
+            bench = M.AttnBench(sh, pool_tokens)
+            fn = getattr(M, f"profile_{name}")
+            counts[name] = fn(out, sh, deadlines[name], bench)
+            del bench
+            torch.cuda.empty_cache()
+        times[name] = round(time.time() - ts, 1)
+
+
+def _profile_allreduce(out, sh, tp, grid, max_tokens, prev, counts, times) -> str:
+    """All-reduce with NCCL when ``tp`` GPUs are visible; returns what meta.yaml says of it (a
+    resumed run on fewer GPUs keeps the earlier measurement)."""
+    if tp == 1:
+        return "not measured"
+    import torch
+
+    from profiles import measure as M
+
+    ts = time.time()
+    n = torch.cuda.device_count()
+    if n >= tp:
+        ar_grid = [t for t in grid if t <= max_tokens]
+        counts["allreduce"] = M.profile_allreduce(out, sh, tp, ar_grid)
+        note = f"measured with NCCL on {tp} GPUs (NCCL_NVLS_ENABLE=0)"
+    elif str(prev.get("allreduce", "")).startswith("measured"):
+        note = prev["allreduce"]
+    else:
+        note = f"not measured: {n} GPU(s) visible, tp={tp} needs {tp}"
+    times["allreduce"] = round(time.time() - ts, 1)
+    return note
+
+
+def _profile_whole_steps(spec, tp, out, max_tokens, mixed_mode, deadline, counts, times) -> dict:
+    """Whole steps on a `StepRunner`; returns the runner's facts for meta.yaml."""
+    import torch
+
+    from profiles import measure as M
+    from profiles.torch_model import StepRunner
+
+    ts = time.time()
+    runner = StepRunner(
+        spec,
+        tp=tp,
+        max_seqs=512,
+        max_tokens=max_tokens,
+        max_model_len=max(getattr(spec, "max_model_len", 8192), 65536),
+        mixed_mode=mixed_mode,
+    )
+    info = {
+        "kv_layout": runner.kv_layout,
+        "shared_weights": runner.shared_weights,
+        "kv_capacity_tokens": runner.capacity_tokens,
+        "block_size": runner.block_size,
+        "mixed_steps": MIXED_STEPS_NOTE[mixed_mode],
+        "mixed_mode": mixed_mode,
+        **(
+            {
+                "piecewise_sizes": list(runner.piecewise.sizes),
+                "piecewise_capture_s": round(runner.piecewise.capture_s, 1),
+            }
+            if runner.piecewise
+            else {}
+        ),
+        "weight_gib": round(runner.weight_bytes / 2**30, 2),
+    }
+    counts["steps"] = M.profile_steps(out, runner, deadline)
+    runner.close()
+    del runner
+    torch.cuda.empty_cache()
+    times["steps"] = round(time.time() - ts, 1)
+    return info
+
+
+#: meta.yaml's key order (the file is read by people): the run-dependent keys that
+#: `run_profile` adds after `_torch_table_meta` go where they always stood
+_META_ORDER = (
+    "schema_version", "variant", "gpu", "model", "tp", "per_gpu_shapes", "dtype", "precision",
+    "op_fingerprint", "torch_version", "cuda_version", "attention_backend", "varlen_signature",
+    "attention_kv_layout", "decode_attention", "allreduce", "allreduce_estimate", "step_runner",
+    "date", "git_commit", "grid", "points_measured_this_run", "time_taken_s",
+)  # fmt: skip
+
+
+def _write_meta_in_order(out: str, meta: dict) -> None:
+    ordered = {k: meta[k] for k in _META_ORDER if k in meta}
+    ordered.update({k: v for k, v in meta.items() if k not in ordered})
+    with open(os.path.join(out, "meta.yaml"), "w") as f:
+        yaml.safe_dump(ordered, f, sort_keys=False)
+
+
+def _torch_table_meta(spec, sh, tp: int, mixed_mode: str, grid: list[int], max_tokens: int):
+    """What a torch-profiled table measured: GPU, model and its per-GPU shapes, precision, op
+    fingerprint, software, attention backend and the grids."""
+    import torch
+
+    from profiles.torch_model import varlen_features
+
     props = torch.cuda.get_device_properties(0)
     feat = varlen_features()
-    meta = {
+    return {
         "schema_version": 1,
         **({"variant": VARIANTS[mixed_mode]} if VARIANTS.get(mixed_mode) else {}),
         "gpu": {
@@ -466,9 +563,6 @@ def run_profile(
         "varlen_signature": feat["signature"],
         "attention_kv_layout": "paged (block_table, block 16)" if feat["paged"] else "contiguous",
         "decode_attention": "query length 1, causal flag OFF (see attn_decode.csv causal=1 rows)",
-        "allreduce": ar_note,
-        "allreduce_estimate": {"bus_gbps": 300.0, "latency_us": 12.0},
-        "step_runner": runner_info or prev.get("step_runner", {}),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "git_commit": _git_commit(),
         "grid": {
@@ -483,24 +577,7 @@ def run_profile(
             "hand-picked grid plus seeded random compositions (decodes at the lognormal spread), "
             "plus compositions with near-equal decode contexts; interleaved rounds; 1/3 held out",
         },
-        "points_measured_this_run": counts,
-        "time_taken_s": _merge_times(prev, times, total, replaced),
     }
-
-    with open(os.path.join(out, "meta.yaml"), "w") as f:
-        yaml.safe_dump(meta, f, sort_keys=False)
-    print(
-        f"profiled {spec.name} tp{tp} on {props.name} in {total:.0f}s: "
-        + ", ".join(f"{k} {v}" for k, v in counts.items())
-    )
-    if not skip_steps and os.path.exists(os.path.join(out, "steps.csv")):
-        try:
-            from simulator.latency.profiled import load_for_report
-
-            print(format_report(load_for_report(out)))
-        except ConfigError as e:
-            print(f"report failed: {e.one_line()}")
-    return 0
 
 
 def _read_prev_meta(out: str) -> dict:

@@ -13,6 +13,7 @@ import sys
 import time
 
 from profiles.timing import rotations, time_calls
+from profiles.torch_gemm import linear, make_weight
 from profiles.torch_model import torch_dtype_name
 from simulator.latency import table as tbl
 from simulator.latency.table import uneven_lengths
@@ -75,7 +76,6 @@ class Budget:
 
 def profile_gemm(out: str, sh: ShardedModel, deadline: float, grid: list[int]) -> int:
     import torch
-    import torch.nn.functional as F
 
     done = tbl.done_keys(out, "gemm.csv", ("op", "tokens"))
     todo = [(op, t) for t in grid for op in sh.gemm_shapes() if (op, t) not in done]
@@ -86,7 +86,10 @@ def profile_gemm(out: str, sh: ShardedModel, deadline: float, grid: list[int]) -
     dt = torch_dtype(sh)
     for op, (n, k) in sh.gemm_shapes().items():
         r = rotations(sh.op(op).weight_bytes, cap=8)
-        weights[op] = [torch.randn(n, k, device="cuda", dtype=dt) for _ in range(r)]
+        wd = sh.op(op).weight_dtype
+        weights[op] = [
+            make_weight(torch.randn(n, k, device="cuda", dtype=dt), wd) for _ in range(r)
+        ]
     count = 0
     for op, t in todo:
         if time.time() > deadline:
@@ -94,8 +97,9 @@ def profile_gemm(out: str, sh: ShardedModel, deadline: float, grid: list[int]) -
         n, k = sh.gemm_shapes()[op]
         ws = weights[op]
         xs = [torch.randn(t, k, device="cuda", dtype=dt) for _ in range(len(ws))]
-        # F.linear as the model calls it (cuBLAS, weight [n, k] transposed in the call)
-        res = time_calls([lambda x=x, w=w: F.linear(x, w) for x, w in zip(xs, ws, strict=True)])
+        # `torch_gemm.linear` as the model calls it (bf16: cuBLAS F.linear; fp8: activation
+        # quantization + torch._scaled_mm), so op tables and whole steps run the same kernels
+        res = time_calls([lambda x=x, w=w: linear(x, w) for x, w in zip(xs, ws, strict=True)])
         tbl.append_row(out, "gemm.csv", {"op": op, "tokens": t, "n": n, "k": k, **res})
         count += 1
         bar.step(f"{op} T={t} {res['median_us']:.1f}us")

@@ -39,23 +39,30 @@ from __future__ import annotations
 
 import inspect
 
+from profiles.torch_gemm import TORCH_WEIGHT_DTYPES, linear, make_weight
 from simulator.latency.table import CAPTURE_SIZES
 from simulator.precision import ACT_DTYPE
 from simulator.served import ShardedModel
 
-#: torch dtypes this runner (and the op profiler) can run each weight format and KV-cache dtype
-#: in: only bf16 has kernels here so far; other precisions are measured through vLLM.
+#: torch dtypes of activations and the KV cache this runner (and the op profiler) can run: bf16
+#: only (no torch attention kernel reads an fp8 KV cache); GEMM weights may also be fp8
+#: (`profiles.torch_gemm`). Other precisions are measured through vLLM.
 TORCH_DTYPES = {"bf16": "bfloat16"}
 
 
 def torch_dtype_name(sh: ShardedModel) -> str:
-    """The torch dtype of ``sh``'s weights, activations and KV cache (all one here); ValueError
-    naming the precision when torch kernels for it are not wired in."""
-    names = {sh.weight_format.name, sh.kv_cache_dtype, ACT_DTYPE}
-    if len(names) != 1 or ACT_DTYPE not in TORCH_DTYPES:
+    """The torch dtype of ``sh``'s activations and KV cache; ValueError naming the precision
+    when torch has no kernels for it (int4 weights, an fp8 KV cache)."""
+    ok = (
+        sh.weight_format.name in TORCH_WEIGHT_DTYPES
+        and sh.kv_cache_dtype in TORCH_DTYPES
+        and ACT_DTYPE in TORCH_DTYPES
+    )
+    if not ok:
         raise ValueError(
-            f"the torch profiler runs {', '.join(TORCH_DTYPES)} only; {sh.spec.name} is served "
-            f"with {sh.spec.precision.describe()} (profile it through vLLM: --engine vllm)"
+            f"the torch profiler runs {' or '.join(TORCH_WEIGHT_DTYPES)} weights with a "
+            f"{', '.join(TORCH_DTYPES)} KV cache; {sh.spec.name} is served with "
+            f"{sh.spec.precision.describe()} (profile it through vLLM: --engine vllm)"
         )
     return TORCH_DTYPES[ACT_DTYPE]
 
@@ -223,17 +230,21 @@ class StepRunner:
                 {
                     "ln1": 1.0 + self._rand(self.hidden),
                     "ln2": 1.0 + self._rand(self.hidden),
-                    "qkv": self._rand(self.qkv_out, self.hidden),
+                    "qkv": self._gemm_weight("qkv", self.qkv_out, self.hidden),
                     "qkv_b": self._rand(self.qkv_out) if bias else None,
-                    "o": self._rand(self.hidden, self.H * self.D),
-                    "gate_up": self._rand(2 * self.inter, self.hidden),
-                    "down": self._rand(self.hidden, self.inter),
+                    "o": self._gemm_weight("o", self.hidden, self.H * self.D),
+                    "gate_up": self._gemm_weight("gate_up", 2 * self.inter, self.hidden),
+                    "down": self._gemm_weight("down", self.hidden, self.inter),
                 }
             )
         self.embed = self._rand(self.vocab, self.hidden, scale=1.0)
         self.final_ln = 1.0 + self._rand(self.hidden)
-        self.lm_head = self._rand(self.vocab, self.hidden)
+        self.lm_head = self._gemm_weight("lm_head", self.vocab, self.hidden)
         self.weight_bytes = need
+
+    def _gemm_weight(self, op: str, n: int, k: int):
+        """A random ``[n, k]`` weight stored in the served model's dtype for ``op``."""
+        return make_weight(self._rand(n, k), self.served.op(op).weight_dtype)
 
     def _alloc_kv(self, num_blocks, kv_cache_gib, headroom_gib) -> None:
         torch = self.torch
@@ -331,7 +342,7 @@ class StepRunner:
         w = self.layers[0 if self.shared_weights else layer]
         qs, ks = self.H * self.D, self.KVH * self.D
         h = F.rms_norm(residual, (self.hidden,), w["ln1"], 1e-5)
-        qkv = F.linear(h, w["qkv"], w["qkv_b"])
+        qkv = linear(h, w["qkv"], w["qkv_b"])
         q = qkv[:, :qs].view(-1, self.H, self.D)
         k = qkv[:, qs : qs + ks].view(-1, self.KVH, self.D)
         v = qkv[:, qs + ks :].view(-1, self.KVH, self.D)
@@ -365,11 +376,11 @@ class StepRunner:
         """O GEMM, residual add, RMSNorm, gate/up GEMM, SiLU-mul, down GEMM, residual add."""
         F = self.torch.nn.functional
         w = self.layers[0 if self.shared_weights else layer]
-        residual = residual + F.linear(a, w["o"])
+        residual = residual + linear(a, w["o"])
         h = F.rms_norm(residual, (self.hidden,), w["ln2"], 1e-5)
-        gu = F.linear(h, w["gate_up"])
+        gu = linear(h, w["gate_up"])
         act = F.silu(gu[:, : self.inter]) * gu[:, self.inter :]
-        return residual + F.linear(act, w["down"])
+        return residual + linear(act, w["down"])
 
     def _sample(self, residual, logit_rows, hidden=False):
         """Final RMSNorm on each sequence's last token, LM head, greedy sampling (or, with
@@ -378,7 +389,7 @@ class StepRunner:
         last = F.rms_norm(residual[logit_rows], (self.hidden,), self.final_ln, 1e-5)
         if hidden:
             return last
-        logits = F.linear(last, self.lm_head)
+        logits = linear(last, self.lm_head)
         probs = torch.softmax(logits.float(), dim=-1)
         return torch.argmax(probs, dim=-1)
 

@@ -4,9 +4,11 @@ Skipped without torch or CUDA (CI has neither); run on a GPU machine with
 ``pytest tests/test_gpu_profile.py``.
 """
 
-from types import SimpleNamespace
+import dataclasses
 
 import pytest
+
+from simulator.models import ModelSpec
 
 torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
@@ -14,7 +16,8 @@ if not torch.cuda.is_available():
 
 pytestmark = pytest.mark.gpu
 
-TINY = SimpleNamespace(
+# a real ModelSpec: the runner and the profiler derive every shape from ShardedModel(spec, tp)
+TINY = ModelSpec(
     name="tiny",
     num_layers=2,
     hidden_size=512,
@@ -24,7 +27,6 @@ TINY = SimpleNamespace(
     intermediate_size=1024,
     vocab_size=1000,
     max_model_len=4096,
-    qkv_bias=False,
 )
 
 
@@ -64,6 +66,29 @@ def test_step_runner_mixed_and_graph_steps():
     assert t_big > 0
     assert (4, 512) in r.graphs  # 3 decodes padded to batch 4, max_k 300 -> bucket 512
     r.close()
+
+
+def test_fp8_weights_run_scaled_mm_steps_close_to_bf16():
+    """FP8 W8A8 GEMMs (torch._scaled_mm) in eager and graph steps: same shapes, hidden states
+    within float8 rounding of the bf16 runner's on the same random weights and cache."""
+    from profiles.torch_model import StepRunner
+
+    fp8 = dataclasses.replace(TINY, weights="fp8")
+    runners = [StepRunner(m, kv_cache_gib=0.25, max_seqs=16, max_tokens=1024) for m in (TINY, fp8)]
+    assert runners[1].layers[0]["qkv"].w.dtype == torch.float8_e4m3fn
+    assert runners[1].lm_head.scale is None  # the LM head stays bf16, as vLLM's FP8 serves it
+    # same seed, nothing run yet: the same bf16 draws (weights, cache, token ids), quantized in
+    # the fp8 runner; one fixed block table
+    step = ([(3, 48, 16)], [(0, 101), (1, 40)])
+    tables = {slot: list(range(10 * slot, 10 * slot + 10)) for slot in (0, 1, 3)}
+    with torch.inference_mode():
+        ref, got = (r._forward(*r.prepare(*step, tables), hidden=True) for r in runners)
+    assert got.shape == ref.shape
+    assert float((got.float() - ref.float()).norm() / ref.float().norm()) < 0.2
+    assert 0 < runners[1].run_step([], [(0, 100), (1, 7)]) < 0.1  # a decode graph
+    assert 0 < runners[1].run_step([(3, 64, 32)], [(0, 101)]) < 0.5  # an eager mixed step
+    for r in runners:
+        r.close()
 
 
 def test_mixed_graphs_replay_the_same_step_and_skip_the_launch_floor():
