@@ -8,9 +8,9 @@
   profiler and its GPU step runner, the profiled latency model, the metrics (MFU / MBU), the KV
   capacity and speculative decoding's draft cost. Nothing else re-derives a per-GPU width.
 * ``kv_specs(block_size)``: the KV-cache layout as a list of per-layer-group specs, modelled on
-  vLLM v1's ``kv_cache_interface.py``. Only full attention exists today (`FullAttentionSpec`);
-  a sliding-window or MLA group is another `KVSpec` subclass with its own ``page_size_bytes``,
-  and consumers (capacity, bytes per token) only sum over the list.
+  vLLM v1's ``kv_cache_interface.py``: `FullAttentionSpec`, `SlidingWindowSpec`,
+  `MLAAttentionSpec`; consumers ask the spec (capacity, bytes held, blocks freed, keys read,
+  prefix-cache hits) rather than test its type.
 * a step's FLOPs and HBM bytes from its batch features (`step_flops`, `step_bytes`).
 
 Sharding follows vLLM: query heads, the MLP intermediate dimension and the vocabulary are split
@@ -102,7 +102,9 @@ class KVSpec:
       tokens holds at once in the worst case (its whole sequence computed in one chunk);
     * ``blocks_freeable(num_computed)``: leading blocks no query at or after position
       ``num_computed`` reads, so they can be returned (0 for full attention);
-    * ``tokens_read(context_len)``: keys one query with ``context_len`` tokens of context reads.
+    * ``tokens_read(context_len)``: keys one query with ``context_len`` tokens of context reads;
+    * ``longest_cache_hit(cached, max_blocks)``: the longest prefix-cache hit the group allows
+      (`simulator.kv.hybrid_prefix`).
 
     Invariants: ``blocks_freeable(n) <= n // block_size``; ``tokens_read(c) <= c``; both are
     non-decreasing.
@@ -124,6 +126,18 @@ class KVSpec:
 
     def tokens_read(self, context_len: int) -> int:
         return context_len
+
+    def longest_cache_hit(self, cached, max_blocks: int) -> int:
+        """Blocks of the longest prefix-cache hit this group allows among the first
+        ``max_blocks`` blocks of a prompt, where ``cached(j)`` says whether block ``j``'s
+        content is in the cache. Every query after the hit reads every earlier key, so the
+        hit is the leading run of cached blocks (vLLM v1's ``FullAttentionManager.
+        find_longest_cache_hit``). The blocks a hit of ``n`` blocks must hold are
+        ``blocks_freeable(n x block_size) .. n - 1``; the rest are never read."""
+        n = 0
+        while n < max_blocks and cached(n):
+            n += 1
+        return n
 
     def tokens_held(self, num_computed: int) -> int:
         """Tokens of a request's KV the group holds once ``num_computed`` tokens are computed:
@@ -190,6 +204,26 @@ class SlidingWindowSpec(FullAttentionSpec):
 
     def tokens_read(self, context_len: int) -> int:
         return min(context_len, self.sliding_window)
+
+    def longest_cache_hit(self, cached, max_blocks: int) -> int:
+        """A hit of ``n`` blocks needs only the blocks the query at position ``n x
+        block_size`` reads: the last ``ceil((window - 1) / block_size)`` before it (the
+        query's own token is in the window, hence the -1), so blocks before them may be
+        evicted or never cached. As vLLM v1's ``SlidingWindowManager.find_longest_cache_hit``
+        (vllm/v1/core/single_type_kv_cache_manager.py): search right to left for the first
+        run of that many cached blocks and end the hit with it; with none, the hit is the
+        leading run of cached blocks (shorter than the window needs, but nothing before it
+        is missing)."""
+        need = -(-(self.sliding_window - 1) // self.block_size)
+        run = 0
+        for j in range(max_blocks - 1, -1, -1):
+            if cached(j):
+                run += 1
+                if run >= need:
+                    return j + run
+            else:
+                run = 0
+        return run
 
 
 @dataclass(frozen=True)
