@@ -708,25 +708,71 @@ class ShardedModel:
         return self.active_weight_bytes * steps + self.kv_bytes_per_token * kv_tokens
 
 
+#: Where a routing-skew figure comes from (``model.routing_skew``): NVIDIA's TensorRT-LLM tech
+#: blog 4, "Scaling Expert Parallelism in TensorRT-LLM (Part 1)", Table 1
+#: (https://github.com/NVIDIA/TensorRT-LLM/blob/main/docs/source/blogs/tech_blog/blog4_Scaling_Expert_Parallelism_in_TensorRT-LLM.md):
+#: DeepSeek-R1 (256 routed experts, top-8) on a machine-translation dataset over 32 GB200s,
+#: without EPLB, per layer and decode iteration (mean 128 tokens per expert): the busiest
+#: expert's tokens are 10.948 above the mean, max/mean 11.95, and the std/mean of the
+#: per-expert counts is 164.1 / 128 = 1.28. A Zipf exponent of 0.595 reproduces that max/mean
+#: (0.642 the std/mean; binomial noise at 4,096 tokens adds < 1% to either), so
+#: ``routing_skew: 0.6`` is that measurement for a 256-expert top-8 router
+#: (`test_routing_skew_reproduces_the_measured_imbalance`). It is one model, one dataset, one
+#: batch size; another router's skew needs its own measurement.
+ROUTING_SKEW_SOURCE = (
+    "https://github.com/NVIDIA/TensorRT-LLM/blob/main/docs/source/blogs/tech_blog/"
+    "blog4_Scaling_Expert_Parallelism_in_TensorRT-LLM.md (Table 1)"
+)
+
+
+@functools.lru_cache(maxsize=64)
+def routing_probabilities(num_experts: int, top_k: int, skew: float = 0.0) -> tuple[float, ...]:
+    """Per expert, the probability that one token routes to it (its expected share of the
+    load, x ``tokens``), by popularity rank: ``k/E`` each for ``skew = 0`` (uniform), else
+    proportional to the Zipf weight ``rank^-skew``, scaled to sum to ``top_k`` (a token picks
+    ``top_k`` distinct experts), with any probability above 1 capped at 1 and the excess spread
+    over the rest in proportion (so the sum stays ``top_k``). Non-increasing; memoized."""
+    e, k = num_experts, top_k
+    if skew == 0.0:
+        return (k / e,) * e
+    w = [i**-skew for i in range(1, e + 1)]
+    p = [0.0] * e
+    capped, left, budget = 0, w, float(k)
+    while True:  # cap the hottest experts at 1 until none exceeds it (at most k rounds)
+        total = sum(left)
+        scaled = [budget * x / total for x in left]
+        if scaled[0] <= 1.0:
+            p[capped:] = scaled
+            return tuple(p)
+        p[capped] = 1.0
+        capped, left, budget = capped + 1, left[1:], budget - 1.0
+
+
+def routing_imbalance(num_experts: int, top_k: int, skew: float = 0.0) -> float:
+    """Expected max/mean of the per-expert load (the busiest expert over the mean) for a
+    router of ``skew``, in the limit of many tokens: 1 for uniform routing; 11.95 measured
+    for DeepSeek-R1 (`ROUTING_SKEW_SOURCE`)."""
+    p = routing_probabilities(num_experts, top_k, skew)
+    return p[0] * num_experts / top_k
+
+
 def expected_experts_touched(num_experts: int, top_k: int, tokens: float, skew: float = 0.0):
     """Expected distinct experts ``tokens`` tokens route to, each to ``top_k`` of
     ``num_experts``: the experts whose weights a step must read.
 
-    Expert ``i`` (1-based popularity rank) is chosen by a token with probability
-    ``p_i = min(1, top_k x w_i / sum(w))``, ``w_i = i^-skew``, independently across tokens,
-    so the expectation is ``sum_i 1 - (1 - p_i)^T``. ``skew = 0`` (default) is uniform routing,
-    ``E (1 - (1 - k/E)^T)`` exactly (each token's k experts are distinct, so each expert is
-    chosen with probability k/E). The skew real routers show is not modelled by default: a
-    figure for it needs a measured source (routing traces of the model on real prompts), and
-    none is cited here. Non-decreasing in ``tokens``; at most ``num_experts``.
+    A token includes expert ``i`` with probability ``p_i`` (`routing_probabilities`),
+    independently across tokens, so the expectation is ``sum_i 1 - (1 - p_i)^T``. ``skew =
+    0`` (default) is uniform routing, ``E (1 - (1 - k/E)^T)`` exactly (each token's k experts
+    are distinct, so each expert is chosen with probability k/E). A positive ``skew`` (the
+    model's ``routing_skew``, a Zipf exponent over popularity ranks) touches fewer experts
+    for the same tokens; `ROUTING_SKEW_SOURCE` says where a measured figure comes from.
+    Non-decreasing in ``tokens``; at most ``num_experts``.
     """
     if tokens <= 0:
         return 0.0
     if skew == 0.0:
         return num_experts * (1.0 - (1.0 - top_k / num_experts) ** tokens)
-    w = [i**-skew for i in range(1, num_experts + 1)]
-    total = sum(w)
-    return sum(1.0 - (1.0 - min(1.0, top_k * x / total)) ** tokens for x in w)
+    return sum(1.0 - (1.0 - p) ** tokens for p in routing_probabilities(num_experts, top_k, skew))
 
 
 # ---- expert parallelism --------------------------------------------------------------------
@@ -849,6 +895,9 @@ __all__ = [
     "expected_max_normal",
     "FLOPS_PER_MAC",
     "expected_experts_touched",
+    "ROUTING_SKEW_SOURCE",
+    "routing_imbalance",
+    "routing_probabilities",
     "FullAttentionSpec",
     "KVPool",
     "KVSpec",

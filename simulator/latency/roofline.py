@@ -113,7 +113,7 @@ class RooflineLatencyModel:
         *,
         where: str = "<config>",
         key: str = "tp",
-        moe_routing_skew: float = 0.0,
+        moe_routing_skew: float | None = None,
         expert_parallel: str | None = None,
     ):
         model.check_tp(tp, where, key)
@@ -132,7 +132,10 @@ class RooflineLatencyModel:
         self.served = sm = ShardedModel(model, tp, expert_parallel)
         #: None, or the expert-parallel layout (`simulator.served.EP_MODES`)
         self.expert_parallel = expert_parallel
-        #: router skew for the experts a step touches (`expected_experts_touched`; 0: uniform)
+        #: router skew for the experts a step touches (`expected_experts_touched`; 0: uniform);
+        #: the model's ``routing_skew`` unless given
+        if moe_routing_skew is None:
+            moe_routing_skew = model.moe.routing_skew if model.moe is not None else 0.0
         self.moe_routing_skew = float(moe_routing_skew)
         if expert_parallel and self.moe_routing_skew:
             raise ValueError(
