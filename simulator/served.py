@@ -408,10 +408,14 @@ class ShardedModel:
         * ``attention_prefill`` (prefill, not absorbed): QK over ``qk_nope + qk_rope`` and PV
           over ``v_head_dim``: ``2 x heads x (qk_nope + qk_rope + v)`` FLOPs per pair.
 
-        Not counted: a chunk with a cached prefix also up-projects the prefix's latents (vLLM's
-        ``_compute_prefill_context``, ``2 x kv_lora_rank x heads x (qk_nope + v)`` per prefix
-        token and layer); the step features carry no sum of the chunks' prefix lengths, so
-        chunked and prefix-cached MLA prefill FLOPs are a lower bound by that term."""
+        A prefill chunk after ``c`` cached tokens (an earlier chunk of the same prompt, or a
+        prefix-cache hit) also up-projects the prefix's latents, every chunk again (vLLM's
+        ``_compute_prefill_context``: gather ``kv_c`` from the cache, ``kv_b_proj`` to per-head
+        K (nope) and V, attend without the causal mask, merge): ``kv_b``'s FLOPs and
+        activations for each of the ``c`` tokens (`prefill_context_flops_per_token`,
+        `prefill_context_bytes_per_token`); the step feature is the chunks' summed prefix
+        length (`SimulatedExecutor` passes it as ``prefill_ctx`` to a latency model that reads
+        it)."""
         h, act, mla = self.hidden, DTYPE_BYTES[ACT_DTYPE], self.spec.mla
         kv_b, width, heads = DTYPE_BYTES[self.kv_cache_dtype], mla.cache_width, self.heads
         qk = heads * (mla.qk_nope_head_dim + mla.qk_rope_head_dim)
@@ -686,21 +690,56 @@ class ShardedModel:
         return self.layers * (ops[0].flops_per_token - self.op("attention").flops_per_token)
 
     @property
+    def prefill_context_flops_per_token(self) -> float:
+        """FLOPs over all layers of one cached prefix token of a prefill chunk beyond its
+        attention pairs: MLA's up-projection of the token's latent (``kv_b``, ``2 x
+        kv_lora_rank x heads x (qk_nope + v)`` per layer, heads of this GPU), redone by every
+        chunk that attends to it (`_mla_ops`); exactly 0.0 for every other model."""
+        if self.spec.mla is None:
+            return 0.0
+        return self.layers * self.op("kv_b").flops_per_token
+
+    @property
+    def prefill_context_bytes_per_token(self) -> float:
+        """HBM bytes over all layers of one cached prefix token of a prefill chunk for MLA's
+        up-projection: the latent read from the cache (``kv_lora_rank + rope`` in the cache
+        dtype), ``kv_b``'s activations in and out, and the attention reading the expanded K
+        (nope + rope) and V back; the ``kv_b`` weights are read once a step already. 0.0 for
+        every other model."""
+        mla = self.spec.mla
+        if mla is None:
+            return 0.0
+        act = DTYPE_BYTES[ACT_DTYPE]
+        gather = mla.cache_width * DTYPE_BYTES[self.kv_cache_dtype]
+        kv = self.heads * (mla.qk_nope_head_dim + mla.qk_rope_head_dim + mla.v_head_dim) * act
+        return self.layers * (gather + self.op("kv_b").act_bytes_per_token + kv)
+
+    @property
     def lm_head_flops_per_seq(self) -> float:
         return self.op("lm_head").flops_per_token
 
     def step_flops(
-        self, tokens: float, attn_pairs: float, sample_seqs: float = 0, prefill_pairs: float = 0
+        self,
+        tokens: float,
+        attn_pairs: float,
+        sample_seqs: float = 0,
+        prefill_pairs: float = 0,
+        prefill_ctx: float = 0,
     ) -> float:
         """FLOPs one GPU does in a step of ``tokens`` computed tokens, ``attn_pairs`` (query,
         key) pairs, ``prefill_pairs`` of which are prefill pairs (MLA prices them apart,
-        `prefill_pair_extra_flops`), and ``sample_seqs`` sampling sequences."""
-        return (
+        `prefill_pair_extra_flops`), ``sample_seqs`` sampling sequences, and prefill chunks
+        after ``prefill_ctx`` cached tokens in all (MLA's up-projection of them,
+        `prefill_context_flops_per_token`; 0.0 for other models)."""
+        out = (
             float(self.linear_flops_per_token) * tokens
             + float(self.attn_flops_per_pair) * attn_pairs
             + float(self.lm_head_flops_per_seq) * sample_seqs
             + self.prefill_pair_extra_flops * prefill_pairs
         )
+        if prefill_ctx:
+            out += self.prefill_context_flops_per_token * prefill_ctx
+        return out
 
     def step_min_bytes(self, steps: float, kv_tokens: float) -> float:
         """The fewest HBM bytes of ``steps`` steps over the whole group: the weights once per
