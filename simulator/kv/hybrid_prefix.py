@@ -96,7 +96,8 @@ class HybridPrefixCachingAllocator(BlockPool):
         #: (group, content key) -> how many of the row's blocks are cached (a hit at ``m``)
         self._full_rows: dict = {}
         self._version = 0  # bumped whenever a key enters or leaves the map
-        self._memo: dict[int, tuple] = {}  # request id -> (version, hit rows, hit blocks)
+        self._memo: dict[int, tuple] = {}  # request id -> (hit rows, hit blocks) at version
+        self._memo_version = 0
         self.query_tokens = 0
         self.hit_tokens = 0
         self.evictions = 0
@@ -119,9 +120,12 @@ class HybridPrefixCachingAllocator(BlockPool):
         """(hit rows, per group the cached blocks the hit attaches: rows from the first one
         the query at the hit reads). Memoized per request until the map changes (a policy
         asks again every step while the request waits)."""
+        if self._memo_version != self._version or len(self._memo) > 4096:
+            self._memo.clear()  # stale (the map changed), or lookups of requests sent elsewhere
+            self._memo_version = self._version
         memo = self._memo.get(req.id)
-        if memo is not None and memo[0] == self._version:
-            return memo[1], memo[2]
+        if memo is not None:
+            return memo
         keys, full = self.block_keys(req), self._full_rows
         hit = min(len(keys), (req.num_prompt_tokens - 1) // self.block_size)
         while hit:
@@ -138,7 +142,7 @@ class HybridPrefixCachingAllocator(BlockPool):
             hits.append([by_key[g, keys[j], s]
                          for j in range(min(spec.blocks_freeable(at), hit), hit)
                          for s in range(m)])  # fmt: skip
-        self._memo[req.id] = (self._version, hit, hits)
+        self._memo[req.id] = (hit, hits)
         return hit, hits
 
     def lookup(self, req: Request) -> int:
