@@ -17,6 +17,7 @@ from policies import POLICIES
 from simulator.cfg import Section
 from simulator.hardware import kv_capacity_blocks
 from simulator.kv.contiguous import RESERVE_MODES, ContiguousAllocator
+from simulator.kv.hybrid_prefix import HybridPrefixCachingAllocator
 from simulator.kv.layered import LayeredPagedAllocator
 from simulator.kv.paged import PagedAllocator
 from simulator.kv.prefix import PrefixCachingAllocator
@@ -76,10 +77,9 @@ class EngineSpec:
         prefix, shared, hash_block = _read_prefix_caching(kvs, allocator, block_size, where)
 
         pool = served.kv_pool(block_size)
-        if pool.frees_blocks and (allocator != "paged" or prefix is not False):
-            what = "prefix_caching" if prefix is not False else "allocator"
-            raise kvs.error(what, f"{model.name} has sliding-window layers: only the paged "
-                            "allocator without prefix caching models them")  # fmt: skip
+        if pool.frees_blocks and allocator != "paged":
+            raise kvs.error("allocator", f"{model.name} has sliding-window layers: only the "
+                            "paged allocator models them")  # fmt: skip
 
         make_kv = _kv_factory(
             allocator, num_blocks, block_size, reserve, max_len, prefix, shared, hash_block,
@@ -142,6 +142,11 @@ def _kv_factory(allocator, num_blocks, block_size, reserve, max_len, prefix, sha
     def make_kv():
         if allocator == "contiguous":
             return ContiguousAllocator(num_blocks, block_size, reserve, max_len)
+        if prefix is not False and pool.frees_blocks:
+            return HybridPrefixCachingAllocator(
+                num_blocks, block_size, pool, served.kv_reads(), shared_prefix_tokens=shared,
+                hash_block_tokens=hash_block,
+            )  # fmt: skip
         if prefix is not False:
             return PrefixCachingAllocator(
                 num_blocks, block_size, shared_prefix_tokens=shared,

@@ -49,9 +49,14 @@ class SimulatedExecutor:
         )
         self.launch_s = getattr(latency, "launch_s", None)
         self._waited = 0.0
+        #: the model prices the prefill chunks' cached prefix (MLA's up-projection of it)
+        self.prefill_ctx = getattr(latency, "uses_prefill_ctx", False)
 
     def execute(self, plan: StepPlan, replica: Replica, features: tuple) -> float:
-        t = self.step_time(*features)
+        if self.prefill_ctx and plan.chunks:
+            t = self.step_time(*features, prefill_ctx=prefill_context(plan))
+        else:
+            t = self.step_time(*features)
         if self.launch_s is not None:
             if self._waited and plan.chunks:
                 t = max(t - self._waited, 0.2 * t)
@@ -60,3 +65,15 @@ class SimulatedExecutor:
                 self._waited = max(0.0, self.launch_s(plan.next_tokens) - t)
                 t += self._waited
         return t + plan.extra_s
+
+
+def prefill_context(plan: StepPlan) -> int:
+    """Cached tokens the plan's prefill chunks attend to, summed: ``num_computed`` of every
+    chunk `Replica._features` counts as prefill (not a single-token decode, not a speculative
+    verify). MLA up-projects them again each chunk (`simulator.served.ShardedModel._mla_ops`)."""
+    v, total = plan.verify, 0
+    for req, n in plan.chunks:
+        c = req._num_computed
+        if c > 0 and n > 1 and not (v and req.num_tokens - c == 1):
+            total += c
+    return total

@@ -20,8 +20,9 @@ models. It is a dict of frozen dataclasses built from literals: nothing is read 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +69,10 @@ class MoEConfig:
     ``num_experts`` routed experts of width ``expert_intermediate_size``, ``top_k`` per token;
     ``num_shared_experts`` always-on experts of the same width (DeepSeek); the first
     ``first_dense_layers`` layers keep the dense MLP (DeepSeek's ``first_k_dense_replace``).
-    ``expert_bias``: gpt-oss experts carry biases. Routing skew (how far from uniform the router
-    spreads tokens) is not a model fact: `simulator.served.expected_experts_touched` takes it.
+    ``expert_bias``: gpt-oss experts carry biases. ``routing_skew``: how far from uniform the
+    router spreads tokens, a Zipf exponent over the experts' popularity ranks (0: uniform, the
+    default; `simulator.served.routing_probabilities`, and `ROUTING_SKEW_SOURCE` there for a
+    measured figure). Set by ``model.routing_skew``; only the roofline model reads it.
     """
 
     num_experts: int
@@ -78,6 +81,7 @@ class MoEConfig:
     num_shared_experts: int = 0
     first_dense_layers: int = 0
     expert_bias: bool = False
+    routing_skew: float = 0.0
 
     def expert_params(self, hidden: int) -> int:
         """Parameters of one expert: gate, up and down projections (+ biases for gpt-oss)."""
@@ -164,6 +168,8 @@ class ModelSpec:
         ):
             raise ValueError(f"{self.name}: MoE needs 0 < top_k <= num_experts and "
                              "first_dense_layers < num_layers")  # fmt: skip
+        if moe is not None and not (0 <= moe.routing_skew < math.inf):
+            raise ValueError(f"{self.name}: routing_skew must be >= 0, got {moe.routing_skew}")
 
     @property
     def precision(self) -> Precision:
@@ -324,8 +330,9 @@ class ModelSpec:
             value = getattr(self, f.name)
             if f.name in _ARCH_FIELDS and value == f.default:
                 continue
-            if isinstance(value, (MLAConfig, MoEConfig)):
-                value = {g.name: getattr(value, g.name) for g in fields(value)}
+            if isinstance(value, (MLAConfig, MoEConfig)):  # routing_skew only when set: a
+                value = {g.name: getattr(value, g.name) for g in fields(value)  # uniform MoE
+                         if g.name != "routing_skew" or value.routing_skew}  # fmt: skip
             out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
 
@@ -535,8 +542,9 @@ def load_model(value: Any, where: str, key: str) -> ModelSpec:
     A mapping may name ``base`` (a catalog model) and override some of its fields, e.g.
     ``{base: llama-3-8b, max_model_len: 4096, kv_cache_dtype: fp8}``; without ``base`` it must give
     every shape field (``num_kv_heads`` defaults to ``num_heads``, ``head_dim`` to
-    ``hidden_size / num_heads``). Unknown keys and bad values raise ConfigError naming ``where``
-    and the full key path.
+    ``hidden_size / num_heads``). ``routing_skew`` (MoE models, base or config file) sets the
+    router's skew (`MoEConfig.routing_skew`; default uniform). Unknown keys and bad values raise
+    ConfigError naming ``where`` and the full key path.
     """
     if isinstance(value, str):
         return lookup_catalog(value, MODELS, MODEL_ALIASES, "model", where, key)
@@ -567,9 +575,12 @@ def load_model(value: Any, where: str, key: str) -> ModelSpec:
     max_len = sec.int("max_model_len", dflt("max_model_len"), min=1)
     tie = sec.bool("tie_embeddings", dflt("tie_embeddings", False))
     qkv_bias = sec.bool("qkv_bias", dflt("qkv_bias", False))
+    skew = sec.num("routing_skew", None, min=0)
     sec.done()
     # the base's architecture (experts, MLA, layer types) comes along: never a silent dense model
     arch = {f: getattr(base, f) for f in _ARCH_FIELDS} if base is not None else {}
+    if skew is not None:
+        arch["moe"] = _with_routing_skew(arch.get("moe"), skew, name, sec)
     try:
         return ModelSpec(
             name=name,
@@ -589,6 +600,14 @@ def load_model(value: Any, where: str, key: str) -> ModelSpec:
         )
     except ValueError as e:
         raise ConfigError(where, key, f"{e} (overriding shapes of {base_name})") from None
+
+
+def _with_routing_skew(moe, skew: float, name: str, sec: Section):
+    """``model.routing_skew``: the MoE config with that router skew (a Zipf exponent, see
+    `MoEConfig`); a ConfigError for a dense model."""
+    if moe is None:
+        raise sec.error("routing_skew", f"{name} is a dense model: no experts to route to")
+    return replace(moe, routing_skew=float(skew))
 
 
 def _read_heads(sec: Section, dflt, base, hidden: int) -> tuple[int, int, int]:
@@ -632,9 +651,13 @@ def _load_config_file(sec: Section, where: str) -> ModelSpec:
         "weights": sec.str("weights", None, choices=list(WEIGHT_FORMATS)),
         "kv_cache_dtype": sec.str("kv_cache_dtype", None, choices=KV_CACHE_DTYPES),
     }
+    skew = sec.num("routing_skew", None, min=0)
     sec.done()
-    return load_hf_config_file(path, where, sec.key("config"),
+    spec = load_hf_config_file(path, where, sec.key("config"),
                                **{k: v for k, v in over.items() if v is not None})  # fmt: skip
+    if skew is not None:
+        spec = replace(spec, moe=_with_routing_skew(spec.moe, skew, spec.name, sec))
+    return spec
 
 
 __all__ = [

@@ -8,9 +8,9 @@
   profiler and its GPU step runner, the profiled latency model, the metrics (MFU / MBU), the KV
   capacity and speculative decoding's draft cost. Nothing else re-derives a per-GPU width.
 * ``kv_specs(block_size)``: the KV-cache layout as a list of per-layer-group specs, modelled on
-  vLLM v1's ``kv_cache_interface.py``. Only full attention exists today (`FullAttentionSpec`);
-  a sliding-window or MLA group is another `KVSpec` subclass with its own ``page_size_bytes``,
-  and consumers (capacity, bytes per token) only sum over the list.
+  vLLM v1's ``kv_cache_interface.py``: `FullAttentionSpec`, `SlidingWindowSpec`,
+  `MLAAttentionSpec`; consumers ask the spec (capacity, bytes held, blocks freed, keys read,
+  prefix-cache hits) rather than test its type.
 * a step's FLOPs and HBM bytes from its batch features (`step_flops`, `step_bytes`).
 
 Sharding follows vLLM: query heads, the MLP intermediate dimension and the vocabulary are split
@@ -102,7 +102,9 @@ class KVSpec:
       tokens holds at once in the worst case (its whole sequence computed in one chunk);
     * ``blocks_freeable(num_computed)``: leading blocks no query at or after position
       ``num_computed`` reads, so they can be returned (0 for full attention);
-    * ``tokens_read(context_len)``: keys one query with ``context_len`` tokens of context reads.
+    * ``tokens_read(context_len)``: keys one query with ``context_len`` tokens of context reads;
+    * ``longest_cache_hit(cached, max_blocks)``: the longest prefix-cache hit the group allows
+      (`simulator.kv.hybrid_prefix`).
 
     Invariants: ``blocks_freeable(n) <= n // block_size``; ``tokens_read(c) <= c``; both are
     non-decreasing.
@@ -124,6 +126,18 @@ class KVSpec:
 
     def tokens_read(self, context_len: int) -> int:
         return context_len
+
+    def longest_cache_hit(self, cached, max_blocks: int) -> int:
+        """Blocks of the longest prefix-cache hit this group allows among the first
+        ``max_blocks`` blocks of a prompt, where ``cached(j)`` says whether block ``j``'s
+        content is in the cache. Every query after the hit reads every earlier key, so the
+        hit is the leading run of cached blocks (vLLM v1's ``FullAttentionManager.
+        find_longest_cache_hit``). The blocks a hit of ``n`` blocks must hold are
+        ``blocks_freeable(n x block_size) .. n - 1``; the rest are never read."""
+        n = 0
+        while n < max_blocks and cached(n):
+            n += 1
+        return n
 
     def tokens_held(self, num_computed: int) -> int:
         """Tokens of a request's KV the group holds once ``num_computed`` tokens are computed:
@@ -190,6 +204,26 @@ class SlidingWindowSpec(FullAttentionSpec):
 
     def tokens_read(self, context_len: int) -> int:
         return min(context_len, self.sliding_window)
+
+    def longest_cache_hit(self, cached, max_blocks: int) -> int:
+        """A hit of ``n`` blocks needs only the blocks the query at position ``n x
+        block_size`` reads: the last ``ceil((window - 1) / block_size)`` before it (the
+        query's own token is in the window, hence the -1), so blocks before them may be
+        evicted or never cached. As vLLM v1's ``SlidingWindowManager.find_longest_cache_hit``
+        (vllm/v1/core/single_type_kv_cache_manager.py): search right to left for the first
+        run of that many cached blocks and end the hit with it; with none, the hit is the
+        leading run of cached blocks (shorter than the window needs, but nothing before it
+        is missing)."""
+        need = -(-(self.sliding_window - 1) // self.block_size)
+        run = 0
+        for j in range(max_blocks - 1, -1, -1):
+            if cached(j):
+                run += 1
+                if run >= need:
+                    return j + run
+            else:
+                run = 0
+        return run
 
 
 @dataclass(frozen=True)
@@ -374,10 +408,14 @@ class ShardedModel:
         * ``attention_prefill`` (prefill, not absorbed): QK over ``qk_nope + qk_rope`` and PV
           over ``v_head_dim``: ``2 x heads x (qk_nope + qk_rope + v)`` FLOPs per pair.
 
-        Not counted: a chunk with a cached prefix also up-projects the prefix's latents (vLLM's
-        ``_compute_prefill_context``, ``2 x kv_lora_rank x heads x (qk_nope + v)`` per prefix
-        token and layer); the step features carry no sum of the chunks' prefix lengths, so
-        chunked and prefix-cached MLA prefill FLOPs are a lower bound by that term."""
+        A prefill chunk after ``c`` cached tokens (an earlier chunk of the same prompt, or a
+        prefix-cache hit) also up-projects the prefix's latents, every chunk again (vLLM's
+        ``_compute_prefill_context``: gather ``kv_c`` from the cache, ``kv_b_proj`` to per-head
+        K (nope) and V, attend without the causal mask, merge): ``kv_b``'s FLOPs and
+        activations for each of the ``c`` tokens (`prefill_context_flops_per_token`,
+        `prefill_context_bytes_per_token`); the step feature is the chunks' summed prefix
+        length (`SimulatedExecutor` passes it as ``prefill_ctx`` to a latency model that reads
+        it)."""
         h, act, mla = self.hidden, DTYPE_BYTES[ACT_DTYPE], self.spec.mla
         kv_b, width, heads = DTYPE_BYTES[self.kv_cache_dtype], mla.cache_width, self.heads
         qk = heads * (mla.qk_nope_head_dim + mla.qk_rope_head_dim)
@@ -652,21 +690,56 @@ class ShardedModel:
         return self.layers * (ops[0].flops_per_token - self.op("attention").flops_per_token)
 
     @property
+    def prefill_context_flops_per_token(self) -> float:
+        """FLOPs over all layers of one cached prefix token of a prefill chunk beyond its
+        attention pairs: MLA's up-projection of the token's latent (``kv_b``, ``2 x
+        kv_lora_rank x heads x (qk_nope + v)`` per layer, heads of this GPU), redone by every
+        chunk that attends to it (`_mla_ops`); exactly 0.0 for every other model."""
+        if self.spec.mla is None:
+            return 0.0
+        return self.layers * self.op("kv_b").flops_per_token
+
+    @property
+    def prefill_context_bytes_per_token(self) -> float:
+        """HBM bytes over all layers of one cached prefix token of a prefill chunk for MLA's
+        up-projection: the latent read from the cache (``kv_lora_rank + rope`` in the cache
+        dtype), ``kv_b``'s activations in and out, and the attention reading the expanded K
+        (nope + rope) and V back; the ``kv_b`` weights are read once a step already. 0.0 for
+        every other model."""
+        mla = self.spec.mla
+        if mla is None:
+            return 0.0
+        act = DTYPE_BYTES[ACT_DTYPE]
+        gather = mla.cache_width * DTYPE_BYTES[self.kv_cache_dtype]
+        kv = self.heads * (mla.qk_nope_head_dim + mla.qk_rope_head_dim + mla.v_head_dim) * act
+        return self.layers * (gather + self.op("kv_b").act_bytes_per_token + kv)
+
+    @property
     def lm_head_flops_per_seq(self) -> float:
         return self.op("lm_head").flops_per_token
 
     def step_flops(
-        self, tokens: float, attn_pairs: float, sample_seqs: float = 0, prefill_pairs: float = 0
+        self,
+        tokens: float,
+        attn_pairs: float,
+        sample_seqs: float = 0,
+        prefill_pairs: float = 0,
+        prefill_ctx: float = 0,
     ) -> float:
         """FLOPs one GPU does in a step of ``tokens`` computed tokens, ``attn_pairs`` (query,
         key) pairs, ``prefill_pairs`` of which are prefill pairs (MLA prices them apart,
-        `prefill_pair_extra_flops`), and ``sample_seqs`` sampling sequences."""
-        return (
+        `prefill_pair_extra_flops`), ``sample_seqs`` sampling sequences, and prefill chunks
+        after ``prefill_ctx`` cached tokens in all (MLA's up-projection of them,
+        `prefill_context_flops_per_token`; 0.0 for other models)."""
+        out = (
             float(self.linear_flops_per_token) * tokens
             + float(self.attn_flops_per_pair) * attn_pairs
             + float(self.lm_head_flops_per_seq) * sample_seqs
             + self.prefill_pair_extra_flops * prefill_pairs
         )
+        if prefill_ctx:
+            out += self.prefill_context_flops_per_token * prefill_ctx
+        return out
 
     def step_min_bytes(self, steps: float, kv_tokens: float) -> float:
         """The fewest HBM bytes of ``steps`` steps over the whole group: the weights once per
@@ -674,25 +747,71 @@ class ShardedModel:
         return self.active_weight_bytes * steps + self.kv_bytes_per_token * kv_tokens
 
 
+#: Where a routing-skew figure comes from (``model.routing_skew``): NVIDIA's TensorRT-LLM tech
+#: blog 4, "Scaling Expert Parallelism in TensorRT-LLM (Part 1)", Table 1
+#: (https://github.com/NVIDIA/TensorRT-LLM/blob/main/docs/source/blogs/tech_blog/blog4_Scaling_Expert_Parallelism_in_TensorRT-LLM.md):
+#: DeepSeek-R1 (256 routed experts, top-8) on a machine-translation dataset over 32 GB200s,
+#: without EPLB, per layer and decode iteration (mean 128 tokens per expert): the busiest
+#: expert's tokens are 10.948 above the mean, max/mean 11.95, and the std/mean of the
+#: per-expert counts is 164.1 / 128 = 1.28. A Zipf exponent of 0.595 reproduces that max/mean
+#: (0.642 the std/mean; binomial noise at 4,096 tokens adds < 1% to either), so
+#: ``routing_skew: 0.6`` is that measurement for a 256-expert top-8 router
+#: (`test_routing_skew_reproduces_the_measured_imbalance`). It is one model, one dataset, one
+#: batch size; another router's skew needs its own measurement.
+ROUTING_SKEW_SOURCE = (
+    "https://github.com/NVIDIA/TensorRT-LLM/blob/main/docs/source/blogs/tech_blog/"
+    "blog4_Scaling_Expert_Parallelism_in_TensorRT-LLM.md (Table 1)"
+)
+
+
+@functools.lru_cache(maxsize=64)
+def routing_probabilities(num_experts: int, top_k: int, skew: float = 0.0) -> tuple[float, ...]:
+    """Per expert, the probability that one token routes to it (its expected share of the
+    load, x ``tokens``), by popularity rank: ``k/E`` each for ``skew = 0`` (uniform), else
+    proportional to the Zipf weight ``rank^-skew``, scaled to sum to ``top_k`` (a token picks
+    ``top_k`` distinct experts), with any probability above 1 capped at 1 and the excess spread
+    over the rest in proportion (so the sum stays ``top_k``). Non-increasing; memoized."""
+    e, k = num_experts, top_k
+    if skew == 0.0:
+        return (k / e,) * e
+    w = [i**-skew for i in range(1, e + 1)]
+    p = [0.0] * e
+    capped, left, budget = 0, w, float(k)
+    while True:  # cap the hottest experts at 1 until none exceeds it (at most k rounds)
+        total = sum(left)
+        scaled = [budget * x / total for x in left]
+        if scaled[0] <= 1.0:
+            p[capped:] = scaled
+            return tuple(p)
+        p[capped] = 1.0
+        capped, left, budget = capped + 1, left[1:], budget - 1.0
+
+
+def routing_imbalance(num_experts: int, top_k: int, skew: float = 0.0) -> float:
+    """Expected max/mean of the per-expert load (the busiest expert over the mean) for a
+    router of ``skew``, in the limit of many tokens: 1 for uniform routing; 11.95 measured
+    for DeepSeek-R1 (`ROUTING_SKEW_SOURCE`)."""
+    p = routing_probabilities(num_experts, top_k, skew)
+    return p[0] * num_experts / top_k
+
+
 def expected_experts_touched(num_experts: int, top_k: int, tokens: float, skew: float = 0.0):
     """Expected distinct experts ``tokens`` tokens route to, each to ``top_k`` of
     ``num_experts``: the experts whose weights a step must read.
 
-    Expert ``i`` (1-based popularity rank) is chosen by a token with probability
-    ``p_i = min(1, top_k x w_i / sum(w))``, ``w_i = i^-skew``, independently across tokens,
-    so the expectation is ``sum_i 1 - (1 - p_i)^T``. ``skew = 0`` (default) is uniform routing,
-    ``E (1 - (1 - k/E)^T)`` exactly (each token's k experts are distinct, so each expert is
-    chosen with probability k/E). The skew real routers show is not modelled by default: a
-    figure for it needs a measured source (routing traces of the model on real prompts), and
-    none is cited here. Non-decreasing in ``tokens``; at most ``num_experts``.
+    A token includes expert ``i`` with probability ``p_i`` (`routing_probabilities`),
+    independently across tokens, so the expectation is ``sum_i 1 - (1 - p_i)^T``. ``skew =
+    0`` (default) is uniform routing, ``E (1 - (1 - k/E)^T)`` exactly (each token's k experts
+    are distinct, so each expert is chosen with probability k/E). A positive ``skew`` (the
+    model's ``routing_skew``, a Zipf exponent over popularity ranks) touches fewer experts
+    for the same tokens; `ROUTING_SKEW_SOURCE` says where a measured figure comes from.
+    Non-decreasing in ``tokens``; at most ``num_experts``.
     """
     if tokens <= 0:
         return 0.0
     if skew == 0.0:
         return num_experts * (1.0 - (1.0 - top_k / num_experts) ** tokens)
-    w = [i**-skew for i in range(1, num_experts + 1)]
-    total = sum(w)
-    return sum(1.0 - (1.0 - min(1.0, top_k * x / total)) ** tokens for x in w)
+    return sum(1.0 - (1.0 - p) ** tokens for p in routing_probabilities(num_experts, top_k, skew))
 
 
 # ---- expert parallelism --------------------------------------------------------------------
@@ -815,6 +934,9 @@ __all__ = [
     "expected_max_normal",
     "FLOPS_PER_MAC",
     "expected_experts_touched",
+    "ROUTING_SKEW_SOURCE",
+    "routing_imbalance",
+    "routing_probabilities",
     "FullAttentionSpec",
     "KVPool",
     "KVSpec",

@@ -373,3 +373,65 @@ def test_mla_prefill_attention_in_roofline_breakdown():
     assert prefill["flops"] == pytest.approx(4_735_879_872_512 + lm, rel=1e-12)
     linear = 1024 * rl.served.linear_flops_per_token
     assert decode["flops"] == pytest.approx(linear + 27 * 34816 * pairs + 1024 * lm, rel=1e-12)
+
+
+def test_mla_prefill_context_up_projection_by_hand():
+    """DeepSeek-V2-Lite, TP1: a 1,024-token chunk after 3,072 cached tokens (an earlier chunk
+    or a prefix-cache hit). vLLM's ``_compute_prefill_context`` gathers the 3,072 latents and
+    up-projects them through ``kv_b`` again: 2 x 512 x 16 x (128 + 128) = 4,194,304 FLOPs per
+    prefix token and layer, 27 x 3,072 x 4,194,304 = 347,892,350,976 FLOPs in the step.
+    Bytes per prefix token and layer: the latent read from the cache (576 x 2 = 1,152), kv_b's
+    activations (512 x 2 in + 16 x 256 x 2 out = 9,216) and the attention reading the expanded
+    K (nope + rope) and V (16 x 320 x 2 = 10,240): 20,608, x 27 x 3,072 = 1,709,309,952."""
+    from simulator.hardware import GPUS
+    from simulator.latency.roofline import RooflineLatencyModel
+    from simulator.served import ShardedModel
+
+    sm = ShardedModel(MODELS["deepseek-v2-lite"])
+    up = 27 * 3072 * 2 * 512 * 16 * 256
+    assert up == 347_892_350_976
+    assert sm.prefill_context_flops_per_token * 3072 == up
+    assert sm.prefill_context_bytes_per_token * 3072 == 27 * 3072 * 20608 == 1_709_309_952
+    pairs = 1024 * (3072 + 1025 / 2)  # the chunk's (query, key) pairs per layer
+    without = sm.step_flops(1024, pairs, prefill_pairs=pairs)
+    assert sm.step_flops(1024, pairs, prefill_pairs=pairs, prefill_ctx=3072) == without + up
+    # TP2: half the heads per GPU, half the up-projection
+    assert ShardedModel(MODELS["deepseek-v2-lite"], 2).prefill_context_flops_per_token == (
+        27 * 2 * 512 * 8 * 256
+    )
+    # the roofline charges it under gemm (its own roofline: compute-bound here)
+    rl = RooflineLatencyModel(MODELS["deepseek-v2-lite"], GPUS["h200"])
+    assert rl.uses_prefill_ctx
+    a, b = rl.breakdown(1024, pairs, 1, 0, 0), rl.breakdown(1024, pairs, 1, 0, 0, 3072)
+    assert b["flops"] - a["flops"] == pytest.approx(up, rel=1e-12)
+    assert b["bytes"] - a["bytes"] == pytest.approx(1_709_309_952, rel=1e-12)
+    peak = rl._gemm_peak
+    bw = rl.gpu.peak_bandwidth
+    assert b["gemm"] - a["gemm"] == pytest.approx(max(up / peak, 1_709_309_952 / bw), rel=1e-9)
+    assert rl.step_time(1024, pairs, 1, 0, 0, 0, prefill_ctx=3072) > rl.step_time(
+        1024, pairs, 1, 0, 0, 0
+    )
+    # other models: no term, no flag, figures unchanged
+    for name in ("llama-3-8b", "qwen3-30b-a3b", "gpt-oss-20b"):
+        other = ShardedModel(MODELS[name])
+        assert other.prefill_context_flops_per_token == 0.0
+        assert not RooflineLatencyModel(MODELS[name], GPUS["h200"]).uses_prefill_ctx
+
+
+def test_executor_passes_the_chunks_cached_prefix():
+    """`SimulatedExecutor` sums ``num_computed`` over prefill chunks (not decodes, not a fresh
+    prompt) and passes it to a model that reads it."""
+    from simulator.executor import SimulatedExecutor, prefill_context
+    from simulator.hardware import GPUS
+    from simulator.latency.roofline import RooflineLatencyModel
+    from simulator.plan import StepPlan
+    from simulator.request import Request
+
+    a, b, c = Request(0, 0.0, 4096, 10), Request(1, 0.0, 512, 10), Request(2, 0.0, 100, 10)
+    a._num_computed, c._num_computed = 3072, 101  # c decodes (its 101st token)
+    plan = StepPlan(chunks=((a, 1024), (b, 512), (c, 1)))
+    assert prefill_context(plan) == 3072
+    rl = RooflineLatencyModel(MODELS["deepseek-v2-lite"], GPUS["h200"])
+    feats = (1536, 1024 * (3072 + 1025 / 2) + 512 * 513 / 2, 2, 1, 102, 102)
+    t = SimulatedExecutor(rl).execute(plan, None, feats)
+    assert t == rl.step_time(*feats, prefill_ctx=3072) > rl.step_time(*feats)

@@ -2,9 +2,9 @@
 
 On a small mixed workload with a tight KV cache (preemptions happen): every plan respects the
 policy's token budget; ``schedule()`` never advances progress (``num_computed`` may only drop, by
-preemption, or jump from 0 to a prefix-cache hit); every chunk's KV is allocated when planned;
-every request ends finished or rejected with a reason; every KV block is back at the end; and
-results are identical with decode-run coalescing on and off.
+preemption, or jump from 0 to a prefix-cache hit, also after a preemption); every chunk's KV is
+allocated when planned; every request ends finished or rejected with a reason; every KV block is
+back at the end; and results are identical with decode-run coalescing on and off.
 """
 
 from __future__ import annotations
@@ -33,6 +33,17 @@ def workload(n=40, seed=1):
     return [spec(a, p, o) for a, p, o in zip(t, prompts, outs, strict=True)]
 
 
+def cache_hit(q, after: int) -> bool:
+    """Whether ``q`` starting at ``after`` tokens is a prefix-cache hit: its recorded hit on
+    first admission, or, after a recompute preemption (the hit is recorded once), part of
+    its prompt short of the last token."""
+    if after <= 0:
+        return False
+    if after == q.num_cached_tokens:
+        return True
+    return q.num_preemptions > 0 and after < q.num_prompt_tokens
+
+
 def checked_run(name, coalesce, make_kv=None):
     from simulator.latency.constant import ConstantLatencyModel  # noqa: F401
 
@@ -48,8 +59,7 @@ def checked_run(name, coalesce, make_kv=None):
             plan = inner(replica, now)
             for q in reqs:
                 after = q.num_computed
-                if after > before[q.id] and not (before[q.id] == 0 and after == q.num_cached_tokens
-                                                 and after > 0):  # fmt: skip
+                if after > before[q.id] and not (before[q.id] == 0 and cache_hit(q, after)):
                     problems.append(f"{name}: schedule advanced request {q.id}")
             tokens = sum(n for _, n in plan.chunks)
             if plan.decode:
@@ -128,5 +138,28 @@ def test_policy_contract_sliding_window(name):
     assert sum(q.status.name == "FINISHED" for q in reqs) > 30
     assert reps[0].kv.num_used_blocks == 0 and not reps[0].kv._state
     _, _, _, b = checked_run(name, coalesce=False, make_kv=_layered_kv)
+    for key in ("first_token_s", "finish_s", "generated_tokens", "preemptions"):
+        assert np.array_equal(a[key], b[key], equal_nan=True), key
+
+
+def _layered_prefix_kv():
+    """`_layered_kv`'s pool with prefix caching (vLLM's hybrid manager): the shared 64-token
+    prefix hits on both groups."""
+    from simulator.kv.hybrid_prefix import HybridPrefixCachingAllocator
+
+    kv = _layered_kv()
+    return HybridPrefixCachingAllocator(64, 8, kv.pool, kv.reads, shared_prefix_tokens=64)
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_policy_contract_sliding_window_with_prefix_cache(name):
+    problems, reqs, reps, a = checked_run(name, coalesce=True, make_kv=_layered_prefix_kv)
+    assert problems == []
+    assert all(q.status.name in ("FINISHED", "REJECTED") for q in reqs)
+    assert sum(q.status.name == "FINISHED" for q in reqs) > 30
+    kv = reps[0].kv
+    assert kv.num_used_blocks == 0 and not kv._state and kv.hit_tokens > 0
+    assert not any(kv._ref)
+    _, _, _, b = checked_run(name, coalesce=False, make_kv=_layered_prefix_kv)
     for key in ("first_token_s", "finish_s", "generated_tokens", "preemptions"):
         assert np.array_equal(a[key], b[key], equal_nan=True), key

@@ -12,8 +12,9 @@ request next allocates (as vLLM's ``remove_skipped_blocks`` runs in ``allocate_s
 Invariants (the `KVAllocator` contract): ``len(free list) + sum(len(block_table)) ==
 num_blocks``; a request holds exactly ``sum_g m_g x (rows - freed[g])`` blocks;
 ``allocate`` / ``extend`` either succeed whole or change nothing (freeing included); ``free``
-returns every block. Prefix caching and the contiguous allocator are not modelled for these
-layouts (`simulator.engine` refuses them with a ConfigError).
+returns every block. With prefix caching these layouts get
+`simulator.kv.hybrid_prefix.HybridPrefixCachingAllocator` (same rows, blocks with identities);
+the contiguous allocator is not modelled for them (`simulator.engine` refuses it).
 """
 
 from __future__ import annotations

@@ -34,6 +34,24 @@ from simulator.kv.paged import PagedAllocator
 from simulator.request import Request
 
 
+def content_keys(req, block_size: int, shared_prefix_tokens: int, hash_block_tokens: int) -> list:
+    """The chained content keys of ``req``'s full prompt blocks of ``block_size`` tokens that
+    can be shared (see the module docstring): from its ``hash_ids``, else the blocks of the
+    synthetic shared prefix. Equal keys = equal content and equal content before it."""
+    n_full = req.num_prompt_tokens // block_size
+    keys, prev = [], None
+    if req.hash_ids:
+        per = hash_block_tokens // block_size
+        for j in range(min(n_full, len(req.hash_ids) * per)):
+            prev = hash((prev, req.hash_ids[j // per], j % per))
+            keys.append(prev)
+    else:
+        for j in range(min(n_full, shared_prefix_tokens // block_size)):
+            prev = hash((prev, "shared", j))
+            keys.append(prev)
+    return keys
+
+
 class PrefixCachingAllocator(PagedAllocator):
     kind = "paged+prefix"
 
@@ -66,19 +84,9 @@ class PrefixCachingAllocator(PagedAllocator):
     def block_keys(self, req: Request) -> list:
         keys = self._keys.get(req.id)
         if keys is None:
-            bs = self.block_size
-            n_full = req.num_prompt_tokens // bs
-            keys, prev = [], None
-            if req.hash_ids:
-                per = self.hash_block_tokens // bs
-                for j in range(min(n_full, len(req.hash_ids) * per)):
-                    prev = hash((prev, req.hash_ids[j // per], j % per))
-                    keys.append(prev)
-            else:
-                for j in range(min(n_full, self.shared_prefix_tokens // bs)):
-                    prev = hash((prev, "shared", j))
-                    keys.append(prev)
-            self._keys[req.id] = keys
+            keys = self._keys[req.id] = content_keys(
+                req, self.block_size, self.shared_prefix_tokens, self.hash_block_tokens
+            )
         return keys
 
     def _hit_blocks(self, req: Request) -> list[int]:

@@ -101,6 +101,7 @@ class RooflineLatencyModel:
         "_general",
         "moe_routing_skew",
         "expert_parallel",
+        "uses_prefill_ctx",
     )
 
     def __init__(
@@ -113,7 +114,7 @@ class RooflineLatencyModel:
         *,
         where: str = "<config>",
         key: str = "tp",
-        moe_routing_skew: float = 0.0,
+        moe_routing_skew: float | None = None,
         expert_parallel: str | None = None,
     ):
         model.check_tp(tp, where, key)
@@ -132,7 +133,10 @@ class RooflineLatencyModel:
         self.served = sm = ShardedModel(model, tp, expert_parallel)
         #: None, or the expert-parallel layout (`simulator.served.EP_MODES`)
         self.expert_parallel = expert_parallel
-        #: router skew for the experts a step touches (`expected_experts_touched`; 0: uniform)
+        #: router skew for the experts a step touches (`expected_experts_touched`; 0: uniform);
+        #: the model's ``routing_skew`` unless given
+        if moe_routing_skew is None:
+            moe_routing_skew = model.moe.routing_skew if model.moe is not None else 0.0
         self.moe_routing_skew = float(moe_routing_skew)
         if expert_parallel and self.moe_routing_skew:
             raise ValueError(
@@ -141,6 +145,8 @@ class RooflineLatencyModel:
             )
         #: layers differ (MoE, dense + expert layers, MLA): step_time sums `breakdown`
         self._general = not sm.uniform_layers
+        #: MLA: the executor passes the prefill chunks' cached prefix tokens (``prefill_ctx``)
+        self.uses_prefill_ctx = sm.prefill_context_flops_per_token > 0
         self._gemm_peak = gpu.peak_flops_for(sm.weight_format.gemm_dtype)
         if not self._general:
             self._fold_constants(sm, gpu)
@@ -190,12 +196,15 @@ class RooflineLatencyModel:
         decode_seqs: int,
         decode_ctx: int,
         decode_max: int = 0,
+        prefill_ctx: int = 0,
     ) -> float:
         """Seconds one step takes (see the module docstring for what is counted). The bound
-        reads every key once whatever the spread, so ``decode_max`` is not used."""
+        reads every key once whatever the spread, so ``decode_max`` is not used;
+        ``prefill_ctx`` (the prefill chunks' cached prefix tokens, summed) only moves MLA
+        models (`uses_prefill_ctx`), which are never on the unrolled path."""
         if self._general:
             return self._step_time_general(
-                prefill_tokens, prefill_attn, prefill_seqs, decode_seqs, decode_ctx
+                prefill_tokens, prefill_attn, prefill_seqs, decode_seqs, decode_ctx, prefill_ctx
             )
         t = prefill_tokens + decode_seqs
         if t <= 0:
@@ -235,8 +244,11 @@ class RooflineLatencyModel:
         prefill_seqs: int,
         decode_seqs: int,
         decode_ctx: int,
+        prefill_ctx: int = 0,
     ) -> dict[str, float]:
         """The same step term by term, from FLOPs and bytes (slow; for metrics and tests).
+        ``prefill_ctx``: cached prefix tokens the step's prefill chunks attend to, summed
+        (MLA up-projects them again, under ``gemm``; see `ShardedModel._mla_ops`).
 
         Returns seconds per term (``gemm``, ``attention``, ``elementwise``, ``lm_head``,
         ``allreduce``, ``overhead``; they sum to `step_time`), the FLOPs / HBM bytes of one GPU
@@ -267,6 +279,14 @@ class RooflineLatencyModel:
             load = _ep_load(g, t) if g.ep else 1.0  # busiest GPU's tokens over the mean
             f = n_layers * t * g.count * g.flops_per_token * load
             b = n_layers * g.count * (self._weight_read(g, t) + t * g.act_bytes_per_token * load)
+            op("gemm", f, b, self._gemm_peak)
+            out["gemm_compute_s"] += f / self._gemm_peak
+            out["gemm_memory_s"] += b / bw
+        if prefill_ctx and sm.prefill_context_flops_per_token:
+            # MLA: the kv_b up-projection of every cached prefix token, every chunk (its
+            # weights are read once above)
+            f = sm.prefill_context_flops_per_token * prefill_ctx
+            b = sm.prefill_context_bytes_per_token * prefill_ctx
             op("gemm", f, b, self._gemm_peak)
             out["gemm_compute_s"] += f / self._gemm_peak
             out["gemm_memory_s"] += b / bw

@@ -147,6 +147,10 @@ def build_latency(
         return lat
     if overhead_ms is not None:
         raise sec.error("step_overhead_ms", "only the roofline model takes a fixed overhead")
+    if model.moe is not None and model.moe.routing_skew:
+        raise sec.error("model", f"model.routing_skew is read by the roofline model only; the "
+                        f"table {_label(table_dir)} timed its own router (use model: "
+                        "roofline)")  # fmt: skip
     from simulator.latency.engine_steps import EngineStepModel, is_engine_table
 
     if is_engine_table(table_dir):
