@@ -36,11 +36,10 @@ reference; every key in the map names a block whose key it is.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from itertools import chain
 
 from simulator.kv.pool import BlockPool
-from simulator.kv.prefix import content_keys
+from simulator.kv.prefix import ContentKeyCache
 from simulator.request import Request
 from simulator.served import KVPool, WindowedReads
 
@@ -59,7 +58,7 @@ class _Held:
         self.registered = 0
 
 
-class HybridPrefixCachingAllocator(BlockPool):
+class HybridPrefixCachingAllocator(ContentKeyCache, BlockPool):
     kind = "paged+prefix"
     #: growth goes one request at a time through `extend` (it registers and frees blocks)
     extend_group = None
@@ -77,40 +76,19 @@ class HybridPrefixCachingAllocator(BlockPool):
         super().__init__(num_blocks, block_size)
         if any(s.block_size != block_size for s, _ in pool.groups):
             raise ValueError("pool specs must use the allocator's block_size")
-        if hash_block_tokens % block_size:
-            raise ValueError(
-                f"block_size {block_size} must divide the trace's hash block {hash_block_tokens}"
-            )
+        self._init_content_keys(num_blocks, block_size, shared_prefix_tokens, hash_block_tokens)
         self.pool = pool
         self.groups = pool.groups
         #: keys-read features of the model (the replica computes step features through it)
         self.reads = reads
-        self.shared_prefix_tokens = shared_prefix_tokens
-        self.hash_block_tokens = hash_block_tokens
-        self._ref = [0] * num_blocks
-        self._key: list = [None] * num_blocks
-        self._by_key: dict = {}
-        self._evictable: OrderedDict[int, None] = OrderedDict()  # LRU first
-        self._keys: dict[int, list] = {}  # request id -> keys of its full prompt blocks
         self._state: dict[int, _Held] = {}
         #: (group, content key) -> how many of the row's blocks are cached (a hit at ``m``)
         self._full_rows: dict = {}
         self._version = 0  # bumped whenever a key enters or leaves the map
         self._memo: dict[int, tuple] = {}  # request id -> (hit rows, hit blocks) at version
         self._memo_version = 0
-        self.query_tokens = 0
-        self.hit_tokens = 0
-        self.evictions = 0
 
-    # -- content keys and hits -----------------------------------------------------------------
-    def block_keys(self, req: Request) -> list:
-        keys = self._keys.get(req.id)
-        if keys is None:
-            keys = self._keys[req.id] = content_keys(
-                req, self.block_size, self.shared_prefix_tokens, self.hash_block_tokens
-            )
-        return keys
-
+    # -- hits ----------------------------------------------------------------------------------
     def hit_rows(self, req: Request) -> int:
         """Rows of ``req``'s prompt a fresh admission finds cached, every group agreeing (see
         the module docstring); at most ``num_prompt_tokens - 1`` tokens."""

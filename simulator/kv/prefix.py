@@ -52,18 +52,15 @@ def content_keys(req, block_size: int, shared_prefix_tokens: int, hash_block_tok
     return keys
 
 
-class PrefixCachingAllocator(PagedAllocator):
-    kind = "paged+prefix"
+class ContentKeyCache:
+    """The content-key state both prefix-caching allocators keep (mixed into a `BlockPool`):
+    per block its reference count and key, the key -> block map, the LRU of evictable cached
+    blocks, each request's keys (`block_keys`), and the hit / eviction counters. The
+    allocators read these fields directly on their hot paths."""
 
-    def __init__(
-        self,
-        num_blocks: int,
-        block_size: int = 16,
-        *,
-        shared_prefix_tokens: int = 0,
-        hash_block_tokens: int = 512,
-    ):
-        super().__init__(num_blocks, block_size)
+    def _init_content_keys(
+        self, num_blocks: int, block_size: int, shared_prefix_tokens: int, hash_block_tokens: int
+    ) -> None:
         if hash_block_tokens % block_size:
             raise ValueError(
                 f"block_size {block_size} must divide the trace's hash block {hash_block_tokens}"
@@ -75,12 +72,10 @@ class PrefixCachingAllocator(PagedAllocator):
         self._by_key: dict = {}
         self._evictable: OrderedDict[int, None] = OrderedDict()  # LRU first
         self._keys: dict[int, list] = {}  # request id -> keys of its full prompt blocks
-        self._registered: dict[int, int] = {}  # request id -> blocks of its table registered
         self.query_tokens = 0
         self.hit_tokens = 0
         self.evictions = 0
 
-    # -- content keys --------------------------------------------------------------------------
     def block_keys(self, req: Request) -> list:
         keys = self._keys.get(req.id)
         if keys is None:
@@ -89,6 +84,23 @@ class PrefixCachingAllocator(PagedAllocator):
             )
         return keys
 
+
+class PrefixCachingAllocator(ContentKeyCache, PagedAllocator):
+    kind = "paged+prefix"
+
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int = 16,
+        *,
+        shared_prefix_tokens: int = 0,
+        hash_block_tokens: int = 512,
+    ):
+        super().__init__(num_blocks, block_size)
+        self._init_content_keys(num_blocks, block_size, shared_prefix_tokens, hash_block_tokens)
+        self._registered: dict[int, int] = {}  # request id -> blocks of its table registered
+
+    # -- content keys --------------------------------------------------------------------------
     def _hit_blocks(self, req: Request) -> list[int]:
         keys, by_key, out = self.block_keys(req), self._by_key, []
         limit = (req.num_prompt_tokens - 1) // self.block_size
