@@ -330,10 +330,33 @@ def test_report_refuses_a_real_run_of_other_arrivals():
         REPO / "validation/vllm-0.24/real/h200_llama-3-8b/conv_light.json.gz"
     )
     with pytest.raises(ConfigError, match="not a run of this experiment: arrivals"):
-        vllm_validate.compare(cfg, path, real)
+        vllm_validate.check_same_run(cfg, path, real)
+    with pytest.raises(ConfigError, match="not a run of this experiment: arrivals"):
+        vllm_validate.report_case(cfg, path, real, [])
     assert engine_jobs.fingerprint_mismatch({"model": "a"}, None) == [
         "the real run has no fingerprint"
     ]
+
+
+def test_the_simulation_starts_from_the_requests_as_submitted(tmp_path):
+    """The replay client submits late under load; the report simulates the submitted times."""
+    from simulator.runner import build
+
+    path = str(REPO / "validation/vllm-0.24/configs/conv.yaml")
+    cfg = engine_jobs.experiment(path, [])
+    phase = {
+        "requests": {
+            "c/r0": {"t_submit": 100.0, "prompt": 300, "out": 5},
+            "c/r2": {"t_submit": 100.9, "prompt": 50, "out": 2},  # submitted after r1
+            "c/r1": {"t_submit": 100.25, "prompt": 120, "out": 9},
+        }
+    }
+    sub = vllm_validate.as_submitted(cfg, phase, tmp_path)
+    reqs = build(sub, path, REPO).workload.requests
+    assert [(r.arrival_s, r.num_prompt_tokens, r.num_output_tokens) for r in reqs] == [
+        (0.0, 300, 5), (0.25, 120, 9), (pytest.approx(0.9), 50, 2)
+    ]  # fmt: skip
+    assert cfg["workload"] != sub["workload"]  # the experiment itself is left as it was
 
 
 def test_launch_time_is_the_median_wait_of_exposed_decode_steps(tmp_path):
