@@ -177,7 +177,7 @@ class Replica:
             if len(pending_steps) >= CHUNK:
                 self.steps.pack()
             plan: StepPlan = self.policy.schedule(self, env.now)
-            if plan.is_idle:
+            if not plan.chunks and not plan.decode:  # plan.is_idle, without the call
                 yield from self._idle(plan)
                 continue
             start = env.now
@@ -283,26 +283,43 @@ class Replica:
         )  # fmt: skip
         if plan.decode and len(d):
             self._advance_decode(end)
-        for req, n in plan.chunks:
+        for req, n in plan.chunks:  # chunks are outside the decode set: own fields hold progress
             req._num_computed += n
-            over = req._num_computed - req.num_tokens
+            over = req._num_computed - req.num_prompt_tokens - req._num_output
             if over >= 0:
                 self._emit(req, end, over + 1)
 
     def _commit_decodes(self, stop: int) -> None:
         """Commit precomputed decode sub-steps ``_run_next .. stop - 1`` of the run, each as one
         step row; after each but the run's last, allocate the KV growth of the next one (the
-        run's KV bound guarantees it fits)."""
+        run's KV bound guarantees it fits).
+
+        A sub-step with no joiner and no finish (all but the first and last of a run, as a
+        rule) is committed inline: ``clock += 1`` and one ITL gap for every member, what
+        `_advance_decode` does for it; the others go through `_advance_decode`. Why: this loop
+        runs once per simulated decode step (~2.2 a request), and the calls it saves were a
+        fifth of its cost."""
         d, kv, run, last = self.decoding, self.kv, self._run, len(self._run) - 1
         log, waiting, running, members = self.steps.append, self.waiting, self.running, d.members
         grow_due, extend, advance = d.grow_due, kv.extend, self._advance_decode
         group, grouped, unit = self._extend_group, d.grow_due_grouped, kv.block_size
+        fin, joined, gaps, counts = d._fin, d.joined, self.itl_gaps.append, self.itl_counts.append
+        # queue and batch sizes change only where `_advance_decode` runs (a finish)
+        n, nw, nr = len(members), len(waiting), len(running)
         for i in range(self._run_next, stop):
             start, dt, ctx, kv_tokens = run[i]
             self.busy_s += dt
-            log((start, dt, 0, 0.0, 0, len(members), ctx, kv.num_used_blocks, len(waiting),
-                 len(running), kv_tokens))  # fmt: skip
-            advance(start + dt)
+            log((start, dt, 0, 0.0, 0, n, ctx, kv.num_used_blocks, nw, nr, kv_tokens))
+            end = start + dt
+            clock = d.clock + 1
+            if joined or not n or (fin and fin[0][0] <= clock):
+                advance(end)
+                n, nw, nr = len(members), len(waiting), len(running)
+            else:  # `_advance_decode` when nobody joined or finishes: all continue
+                d.clock = clock
+                gaps(end - d.last_step_end)
+                counts(n)
+                d.last_step_end = end
             if i < last:
                 due = grouped(group, unit) if group is not None else None
                 if (due is None or due) and not grow_due(extend, due):
