@@ -77,7 +77,7 @@ class DecodeSet:
         self.members: dict[int, Request] = {}
         self.sum_dbase = 0
         self._fin: list[tuple[int, int, Request]] = []
-        #: clock value -> members due for KV growth at it (in push order; see _take_bucket)
+        #: clock value -> the bucket of members due for KV growth at it (id order)
         self._grow_at: dict[int, _GrowthBucket] = {}
         self._grow_keys: list[int] = []  # heap of _grow_at's keys
         self._longest: list[tuple[int, int, Request]] = []
@@ -285,10 +285,9 @@ class DecodeSet:
             bucket, other, a, b = other, bucket, b, a
         for req in b:
             req._gbucket = bucket
-        if a[-1].id < b[0].id:
-            a += b
-        else:
-            a += b
+        last = a[-1].id
+        a += b
+        if last > b[0].id:  # the two id runs interleave
             a.sort(key=_by_id)
         grow_at[key] = bucket
 
