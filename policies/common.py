@@ -93,24 +93,28 @@ def admit_whole_prompts(policy, replica, now: float, preemption=None) -> list:
     reason. Prefix-cache hits start a request from its cached tokens; a swapped-out request is
     swapped back in through ``preemption``. Returns the step's ``(request, tokens)`` chunks.
     """
-    waiting, kv = replica.waiting, replica.kv
-    budget = policy.max_num_batched_tokens
+    waiting, kv, running = replica.waiting, replica.kv, replica.running
+    budget, max_seqs = policy.max_num_batched_tokens, policy.max_num_seqs
+    reserve = policy._watermark_blocks
+    caching = getattr(kv, "lookup", None) is not None
     chunks = []
-    while waiting and len(replica.running) < policy.max_num_seqs:
+    while waiting and len(running) < max_seqs:
         req = waiting[0]
         if req.num_preemptions == 0 and req.first_scheduled_s is None:
-            reason = too_long(replica, req, policy.max_num_batched_tokens, policy._watermark_blocks)
+            reason = too_long(replica, req, policy.max_num_batched_tokens, reserve)
             if reason:
                 waiting.popleft()
                 replica.reject(req, reason, now)
                 continue
         swapped = preemption is not None and preemption.is_swapped(req)
-        hit = prefix_hit(replica, req)
-        n = req.num_pending - hit
-        if n > budget or not kv.can_allocate(req, req.num_tokens, policy._watermark_blocks):
+        hit = prefix_hit(replica, req) if caching else 0
+        # a waiting request is outside the decode set: its progress is in its own fields
+        tokens = req.num_prompt_tokens + req._num_output
+        n = tokens - req._num_computed - hit
+        if n > budget or not kv.can_allocate(req, tokens, reserve):
             break
         waiting.popleft()
-        kv.allocate(req, req.num_tokens)
+        kv.allocate(req, tokens)
         start_from_cache(req, hit)
         if swapped:
             preemption.swap_in(req)

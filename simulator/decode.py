@@ -18,10 +18,14 @@ changes while it is a member).
 
 Invariants:
 * every member has exactly one pending token (its last emitted token) and status RUNNING;
-* ``_fin_clock`` / ``_grow_clock`` on a member equal the keys of its live heap entry / bucket
-  entry; stale entries (member left, or key changed) are skipped when popped;
-* every key of ``_grow_at`` is in ``_grow_keys`` exactly once; growth is handed out in the order
-  (key, request id), as the single heap of (key, id, request) entries did;
+* ``_fin_clock`` on a member equals the key of its live ``_fin`` entry; stale entries (member
+  left, or key changed) are skipped when popped;
+* growth buckets (`_GrowthBucket`) hold only members, each in id order; a member is in at most
+  one, the one its ``_gbucket`` names (none while its growth is being handed out), and its next
+  growth is due at that bucket's ``key`` (``Request._grow_clock``); removal takes it out at once;
+* every key of ``_grow_at`` is in ``_grow_keys`` exactly once (a bucket may be empty); growth
+  is handed out in the order (key, request id), as the single heap of (key, id, request)
+  entries did;
 * ``sum_dbase == sum(m._dbase for m in members)``;
 * every member has an entry ``(-_dbase, id, req)`` in ``_longest``; entries of requests that
   left (or left and rejoined with another ``_dbase``) are stale and skipped when on top, and
@@ -31,11 +35,27 @@ Invariants:
 from __future__ import annotations
 
 import heapq
+from bisect import insort
 from operator import attrgetter
 
 from simulator.request import Request
 
 _by_id = attrgetter("id")
+
+
+class _GrowthBucket:
+    """Members whose next KV growth is due at clock value ``key``, in request-id order.
+
+    Why a bucket object that members point to (``Request._gbucket``): after a grouped growth
+    every member of the bucket is due again ``block_size`` steps later, so the whole bucket
+    moves by changing ``key`` alone, with no write to its members; only a merge with a bucket
+    already at the new key re-points the smaller side's members."""
+
+    __slots__ = ("key", "members")
+
+    def __init__(self, key: int, members: list[Request]):
+        self.key = key
+        self.members = members
 
 
 class DecodeSet:
@@ -57,8 +77,8 @@ class DecodeSet:
         self.members: dict[int, Request] = {}
         self.sum_dbase = 0
         self._fin: list[tuple[int, int, Request]] = []
-        #: clock value -> members due for KV growth at it (in push order; see _take_bucket)
-        self._grow_at: dict[int, list[Request]] = {}
+        #: clock value -> the bucket of members due for KV growth at it (id order)
+        self._grow_at: dict[int, _GrowthBucket] = {}
         self._grow_keys: list[int] = []  # heap of _grow_at's keys
         self._longest: list[tuple[int, int, Request]] = []
         #: members that joined since the last decode step (their previous token time differs)
@@ -103,7 +123,11 @@ class DecodeSet:
         req._dset = None
         del self.members[req.id]
         self.sum_dbase -= req._dbase
-        req._fin_clock = req._grow_clock = -1
+        req._fin_clock = -1
+        bucket = req._gbucket
+        if bucket is not None:
+            bucket.members.remove(req)
+            req._gbucket = None
         if self.window is not None and req.id in self._sat:
             self._sat_dsum -= self._sat.pop(req.id)
         if len(self._longest) > 2 * len(self.members) + 64:
@@ -116,14 +140,24 @@ class DecodeSet:
             req.last_token_s = self.last_step_end
 
     def set_capacity(self, req: Request, capacity: int) -> None:
-        """Record that ``req``'s KV covers ``capacity`` tokens; it needs more at that position."""
-        key = req._grow_clock = capacity - req._dbase
+        """Record that ``req``'s KV covers ``capacity`` tokens; it needs more at that position.
+        ``req`` must be in no growth bucket (new, or handed out by the growth calls)."""
+        self._file(req, capacity - req._dbase)
+
+    def _file(self, req: Request, key: int) -> None:
+        """Put ``req`` into the bucket at ``key``, keeping the bucket in id order (joiners and
+        put-backs mostly carry the largest id, so it is usually an append)."""
         bucket = self._grow_at.get(key)
         if bucket is None:
-            self._grow_at[key] = [req]
+            self._grow_at[key] = req._gbucket = _GrowthBucket(key, [req])
             heapq.heappush(self._grow_keys, key)
+            return
+        req._gbucket = bucket
+        members = bucket.members
+        if not members or members[-1].id < req.id:
+            members.append(req)
         else:
-            bucket.append(req)
+            insort(members, req, key=_by_id)
 
     # -- features of the next step -------------------------------------------------------------
     def decode_ctx(self) -> int:
@@ -169,18 +203,13 @@ class DecodeSet:
         return 0
 
     def _take_bucket(self, key: int) -> list[Request]:
-        """Remove bucket ``key`` (the smallest key); return its live entries in id order, each
-        marked taken (``_grow_clock = -1``, so a stale twin with the same key cannot match)."""
+        """Remove bucket ``key`` (the smallest key); return its members (id order), each out of
+        every bucket now (``_gbucket = None``)."""
         heapq.heappop(self._grow_keys)
-        bucket = self._grow_at.pop(key)
-        if len(bucket) > 1:
-            bucket.sort(key=_by_id)
-        live = []
-        for req in bucket:
-            if req._dset is self and req._grow_clock == key:
-                req._grow_clock = -1
-                live.append(req)
-        return live
+        members = self._grow_at.pop(key).members
+        for req in members:
+            req._gbucket = None
+        return members
 
     def pop_due_growth(self) -> list[Request]:
         """Members whose next decode step writes past their KV capacity (must allocate first)."""
@@ -194,47 +223,73 @@ class DecodeSet:
 
         ``extend_group(reqs) -> bool`` extends each of ``reqs`` in order by exactly ``unit``
         tokens, or changes nothing and returns False (`PagedAllocator.extend_group`). On success
-        each member's next growth is due ``unit`` clock values later, so every taken bucket moves
-        whole to ``key + unit`` (what `set_capacity` would record member by member, appended in
-        the same order), and ``[]`` is returned. Otherwise nothing was extended and the due
-        members are returned exactly as `pop_due_growth` returns them, for the caller's
-        member-by-member path (which picks preemption victims).
+        each member's next growth is due ``unit`` clock values later, so every due bucket moves
+        whole to ``key + unit`` (what `set_capacity` would record member by member), and ``[]``
+        is returned. Otherwise nothing was extended and the due members are returned exactly as
+        `pop_due_growth` returns them, for the caller's member-by-member path (which picks
+        preemption victims).
 
         Why: KV growth is the most frequent event of a run (one per member per block, ~14 a
-        request); this costs one list append per member instead of an ``extend`` and a
-        `set_capacity` call. Needs: a member's KV changes only through these growth calls
-        (so its key is ``capacity - _dbase``).
+        request); on success this touches no member object besides the allocator's append.
+        Needs: a member's KV changes only through these growth calls (so its key is
+        ``capacity - _dbase``).
         """
-        keys, clock = self._grow_keys, self.clock
+        keys, clock, grow_at = self._grow_keys, self.clock, self._grow_at
         if not keys or keys[0] > clock:
             return []
-        key = keys[0]
-        due = self._take_bucket(key)
-        groups = None
-        while keys and keys[0] <= clock:  # rare: more than one bucket due (after a put-back)
-            if groups is None:
-                groups = [(key, due)]
-                due = list(due)
-            k = keys[0]
-            live = self._take_bucket(k)
-            groups.append((k, live))
-            due += live
-        if not due or not extend_group(due):
-            return due
-        for k, live in groups or ((key, due),):
-            self._move_bucket(live, k + unit)
-        return []
+        bucket = grow_at.pop(heapq.heappop(keys))
+        if keys and keys[0] <= clock:  # rare: more than one bucket due (after a put-back)
+            return self._grow_due_buckets(bucket, extend_group, unit)
+        members = bucket.members
+        if not members:
+            return []
+        if extend_group(members):
+            self._refile(bucket, bucket.key + unit)
+            return []
+        for req in members:
+            req._gbucket = None
+        return members
 
-    def _move_bucket(self, live: list[Request], key: int) -> None:
-        """File taken members ``live`` (id order) as due for growth at ``key``."""
-        for req in live:
-            req._grow_clock = key
-        bucket = self._grow_at.get(key)
-        if bucket is None:
-            self._grow_at[key] = live
-            heapq.heappush(self._grow_keys, key)
-        else:
-            bucket += live
+    def _grow_due_buckets(self, first: _GrowthBucket, extend_group, unit: int) -> list[Request]:
+        """`grow_due_grouped` when several buckets are due: ``first`` (taken) and the rest."""
+        keys, clock, grow_at = self._grow_keys, self.clock, self._grow_at
+        buckets = [first]
+        while keys and keys[0] <= clock:
+            buckets.append(grow_at.pop(heapq.heappop(keys)))
+        due = [req for b in buckets for req in b.members]
+        if not due:
+            return []
+        if extend_group(due):
+            for b in buckets:
+                if b.members:
+                    self._refile(b, b.key + unit)
+            return []
+        for req in due:
+            req._gbucket = None
+        return due
+
+    def _refile(self, bucket: _GrowthBucket, key: int) -> None:
+        """File the (taken) ``bucket``'s members as due at ``key``: the bucket itself moves
+        there, or is merged (id order) with the bucket already there, the smaller side's members
+        re-pointed."""
+        grow_at = self._grow_at
+        other = grow_at.get(key)
+        bucket.key = key
+        if other is None or not other.members:
+            if other is None:
+                heapq.heappush(self._grow_keys, key)
+            grow_at[key] = bucket
+            return
+        a, b = bucket.members, other.members
+        if len(a) < len(b):
+            bucket, other, a, b = other, bucket, b, a
+        for req in b:
+            req._gbucket = bucket
+        last = a[-1].id
+        a += b
+        if last > b[0].id:  # the two id runs interleave
+            a.sort(key=_by_id)
+        grow_at[key] = bucket
 
     def grow_due(self, extend, due: list[Request] | None = None) -> bool:
         """Extend every member due for KV growth by one unit with ``extend(req) -> capacity``
@@ -257,13 +312,7 @@ class DecodeSet:
 
     def _put_back(self, req: Request) -> None:
         """Undo `_take_bucket` for ``req`` (its growth is still due at the current clock)."""
-        req._grow_clock = self.clock
-        bucket = self._grow_at.get(self.clock)
-        if bucket is None:
-            self._grow_at[self.clock] = [req]
-            heapq.heappush(self._grow_keys, self.clock)
-        else:
-            bucket.append(req)
+        self._file(req, self.clock)
 
     def next_finish_clock(self) -> int | None:
         """Clock value after the decode step on which the next member emits its last token."""
@@ -279,7 +328,7 @@ class DecodeSet:
         keys = self._grow_keys
         while keys:
             key = keys[0]
-            if any(r._dset is self and r._grow_clock == key for r in self._grow_at[key]):
+            if self._grow_at[key].members:
                 return key
             heapq.heappop(keys)
             del self._grow_at[key]

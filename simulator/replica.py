@@ -135,11 +135,10 @@ class Replica:
 
     # -- what the outside world calls -----------------------------------------------------------
     def add_request(self, req: Request) -> None:
-        self.touch()
+        self.touch()  # wakes the loop if idle: it runs after this call, so it sees ``req``
         req.status = Status.WAITING
         req.replica = self.index
         self.waiting.append(req)
-        self.poke()
 
     def touch(self) -> None:
         """Call before changing this replica's state from outside its process (allocating or
@@ -172,26 +171,27 @@ class Replica:
     # -- the loop ---------------------------------------------------------------------------------
     def _loop(self):
         env = self.env
+        timeout = env.timeout  # SimPy builds a bound method at every `env.timeout` lookup
         pending_steps = self.steps.rows
         while True:
             if len(pending_steps) >= CHUNK:
                 self.steps.pack()
             plan: StepPlan = self.policy.schedule(self, env.now)
-            if plan.is_idle:
+            if not plan.chunks and not plan.decode:  # plan.is_idle, without the call
                 yield from self._idle(plan)
                 continue
             start = env.now
             if plan.chunks or not self.coalesce or not plan.decode or plan.extra_s:
                 feats = self._features(plan)
                 dt = self.executor.execute(plan, self, feats)
-                yield env.timeout(dt)
+                yield timeout(dt)
                 self._commit(plan, start, dt, feats)
                 continue
             self._plan_decode_run(start, plan.wake_at)
             while True:
                 try:
                     run = self._run
-                    yield env.timeout(run[-1][0] + run[-1][1] - env.now)
+                    yield timeout(run[-1][0] + run[-1][1] - env.now)
                     break
                 except simpy.Interrupt:
                     continue  # the run was cut; wait for its new end
@@ -283,26 +283,53 @@ class Replica:
         )  # fmt: skip
         if plan.decode and len(d):
             self._advance_decode(end)
-        for req, n in plan.chunks:
+        for req, n in plan.chunks:  # chunks are outside the decode set: own fields hold progress
             req._num_computed += n
-            over = req._num_computed - req.num_tokens
+            over = req._num_computed - req.num_prompt_tokens - req._num_output
             if over >= 0:
                 self._emit(req, end, over + 1)
 
     def _commit_decodes(self, stop: int) -> None:
         """Commit precomputed decode sub-steps ``_run_next .. stop - 1`` of the run, each as one
         step row; after each but the run's last, allocate the KV growth of the next one (the
-        run's KV bound guarantees it fits)."""
+        run's KV bound guarantees it fits).
+
+        A sub-step on which nobody finishes (all but the last of a run, as a rule) is
+        committed inline: ``clock += 1`` and the ITL gaps, what `_advance_decode` does for it;
+        the others go through `_advance_decode`. Why: this loop
+        runs once per simulated decode step (~2.2 a request), and the calls it saves were a
+        fifth of its cost."""
         d, kv, run, last = self.decoding, self.kv, self._run, len(self._run) - 1
         log, waiting, running, members = self.steps.append, self.waiting, self.running, d.members
         grow_due, extend, advance = d.grow_due, kv.extend, self._advance_decode
         group, grouped, unit = self._extend_group, d.grow_due_grouped, kv.block_size
+        fin, joined, gaps, counts = d._fin, d.joined, self.itl_gaps.append, self.itl_counts.append
+        # queue and batch sizes change only where `_advance_decode` runs (a finish)
+        n, nw, nr = len(members), len(waiting), len(running)
         for i in range(self._run_next, stop):
             start, dt, ctx, kv_tokens = run[i]
             self.busy_s += dt
-            log((start, dt, 0, 0.0, 0, len(members), ctx, kv.num_used_blocks, len(waiting),
-                 len(running), kv_tokens))  # fmt: skip
-            advance(start + dt)
+            log((start, dt, 0, 0.0, 0, n, ctx, kv.num_used_blocks, nw, nr, kv_tokens))
+            end = start + dt
+            clock = d.clock + 1
+            if not n or (fin and fin[0][0] <= clock):
+                advance(end)
+                n, nw, nr = len(members), len(waiting), len(running)
+            else:  # `_advance_decode` when nobody finishes
+                d.clock = clock
+                if joined:
+                    cont = n - len(joined)
+                    if cont:
+                        gaps(end - d.last_step_end)
+                        counts(cont)
+                    for req in joined:
+                        gaps(end - req.last_token_s)
+                        counts(1)
+                    joined.clear()
+                else:
+                    gaps(end - d.last_step_end)
+                    counts(n)
+                d.last_step_end = end
             if i < last:
                 due = grouped(group, unit) if group is not None else None
                 if (due is None or due) and not grow_due(extend, due):

@@ -49,7 +49,7 @@ class Request:
         "_dset",
         "_dbase",
         "_fin_clock",
-        "_grow_clock",
+        "_gbucket",
         "extra",
     )
 
@@ -85,7 +85,7 @@ class Request:
         self._dset = None
         self._dbase = 0
         self._fin_clock = -1
-        self._grow_clock = -1
+        self._gbucket = None  # the DecodeSet growth bucket it is filed in, if any
         self.extra = None  # free slot for policies (e.g. static batching's batch id)
 
     # -- progress (reads through to the decode set's clock while the request is in it) --------
@@ -100,6 +100,12 @@ class Request:
         if d is None:
             return self._num_output
         return d.clock + self._dbase + 1 - self.num_prompt_tokens
+
+    @property
+    def _grow_clock(self) -> int:
+        """Decode-set clock value at which this member next needs a KV block (-1: none filed)."""
+        b = self._gbucket
+        return -1 if b is None else b.key
 
     @property
     def num_tokens(self) -> int:

@@ -158,9 +158,34 @@ class PrefixCachingAllocator(ContentKeyCache, PagedAllocator):
             self._registered[req.id] = len(hits)
         else:
             self._register(req)
-        for _ in range(need):
-            table.append(self._take())
+        if need > 0:
+            self._take_into(table, need)
         return True
+
+    def _take_into(self, table: list[int], need: int) -> None:
+        """Append ``need`` blocks to ``table``, exactly as ``need`` calls of `_take` would.
+
+        Why: a long prompt takes hundreds of blocks at once (Mooncake prompts average ~450 of
+        16 tokens), and one method call a block was a fifth of a prefix-caching run. Blocks
+        never cached come off the free stack as one slice (in pop order); the rest evict,
+        least recently freed first (the caller checked that enough blocks are free)."""
+        free, ref = self._free, self._ref
+        k = need if need < len(free) else len(free)
+        if k:
+            blocks = free[: -k - 1 : -1]
+            del free[-k:]
+            for b in blocks:
+                ref[b] = 1
+            table += blocks
+        if need > k:
+            popitem, by_key, key_of = self._evictable.popitem, self._by_key, self._key
+            for _ in range(need - k):
+                b = popitem(last=False)[0]
+                del by_key[key_of[b]]
+                key_of[b] = None
+                ref[b] = 1
+                table.append(b)
+            self.evictions += need - k
 
     #: growth goes through `extend` one request at a time (it registers full blocks' hashes
     #: and may evict cached blocks), never through the paged allocator's grouped path
