@@ -129,15 +129,6 @@ class HybridPrefixCachingAllocator(ContentKeyCache, BlockPool):
             return 0
         return self.hit_rows(req) * self.block_size
 
-    # -- accounting ----------------------------------------------------------------------------
-    @property
-    def num_free_blocks(self) -> int:
-        return len(self._free) + len(self._evictable)
-
-    @property
-    def num_used_blocks(self) -> int:
-        return self.num_blocks - self.num_free_blocks
-
     def _plan(self, req: Request, num_tokens: int):
         """What covering ``num_tokens`` tokens takes: ``(fresh hit rows or None, hit blocks,
         state, rows, at, blocks to take, per group the new freed count, blocks given back,

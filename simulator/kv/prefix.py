@@ -76,6 +76,15 @@ class ContentKeyCache:
         self.hit_tokens = 0
         self.evictions = 0
 
+    # cached blocks nobody holds still count as free (an allocation may evict them)
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self._free) + len(self._evictable)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - self.num_free_blocks
+
     def block_keys(self, req: Request) -> list:
         keys = self._keys.get(req.id)
         if keys is None:
@@ -116,15 +125,6 @@ class PrefixCachingAllocator(ContentKeyCache, PagedAllocator):
         if req.block_table or req.num_computed:
             return 0
         return len(self._hit_blocks(req)) * self.block_size
-
-    # -- accounting ----------------------------------------------------------------------------
-    @property
-    def num_free_blocks(self) -> int:
-        return len(self._free) + len(self._evictable)
-
-    @property
-    def num_used_blocks(self) -> int:
-        return self.num_blocks - self.num_free_blocks
 
     def blocks_needed(self, req: Request, num_tokens: int) -> int:
         total = -(-num_tokens // self.block_size)
