@@ -301,13 +301,5 @@ class HybridPrefixCachingAllocator(ContentKeyCache, BlockPool):
         # a row per block_size steps per request, nothing freed (an upper bound)
         return num_seqs * -(-num_steps // self.block_size) * self.pool.blocks_per_row
 
-    def stats(self) -> dict:
-        return {
-            "query_tokens": self.query_tokens,
-            "hit_tokens": self.hit_tokens,
-            "hit_rate": self.hit_tokens / self.query_tokens if self.query_tokens else 0.0,
-            "evictions": self.evictions,
-        }
-
 
 __all__ = ["HybridPrefixCachingAllocator"]

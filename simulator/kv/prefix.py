@@ -85,6 +85,16 @@ class ContentKeyCache:
     def num_used_blocks(self) -> int:
         return self.num_blocks - self.num_free_blocks
 
+    def stats(self) -> dict:
+        """This allocator's prefix-cache hits and evictions (the runner sums the counters over
+        replicas itself)."""
+        return {
+            "query_tokens": self.query_tokens,
+            "hit_tokens": self.hit_tokens,
+            "hit_rate": self.hit_tokens / self.query_tokens if self.query_tokens else 0.0,
+            "evictions": self.evictions,
+        }
+
     def block_keys(self, req: Request) -> list:
         keys = self._keys.get(req.id)
         if keys is None:
@@ -239,11 +249,3 @@ class PrefixCachingAllocator(ContentKeyCache, PagedAllocator):
                 else:
                     self._evictable[b] = None
         req.block_table = []
-
-    def stats(self) -> dict:
-        return {
-            "query_tokens": self.query_tokens,
-            "hit_tokens": self.hit_tokens,
-            "hit_rate": self.hit_tokens / self.query_tokens if self.query_tokens else 0.0,
-            "evictions": self.evictions,
-        }
