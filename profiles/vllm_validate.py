@@ -132,14 +132,16 @@ def simulate(cfg: dict, where: str):
     return res.summary, res.steps
 
 
-def check_same_run(cfg: dict, where: str, phase: dict) -> None:
-    """Refuse a real run that replayed other arrivals, another model or precision."""
+def check_same_run(cfg: dict, where: str, phase: dict) -> list[list]:
+    """Refuse a real run that replayed other arrivals, another model or precision; returns the
+    experiment's scheduled requests (`engine_jobs.arrivals`)."""
     reqs = engine_jobs.arrivals(cfg, where)
     expected = engine_jobs.fingerprint(cfg, where, reqs)
     diff = engine_jobs.fingerprint_mismatch(expected, phase.get("fingerprint"))
     diff += _precision_mismatch(cfg, where, phase)
     if diff:
         raise ConfigError(where, "real run", "not a run of this experiment: " + "; ".join(diff))
+    return reqs
 
 
 def as_submitted(cfg: dict, phase: dict, folder: Path) -> dict:
@@ -185,21 +187,22 @@ def compare(cfg: dict, where: str, phase: dict) -> dict:
 def report_case(cfg: dict, where: str, phase: dict, steps: list[dict]) -> dict:
     """`compare` on the arrivals as submitted, plus, when the engine's steps were recorded,
     the real batches and the step-by-step scheduling match (`schedule_match`)."""
-    check_same_run(cfg, where, phase)
+    scheduled = check_same_run(cfg, where, phase)
     with tempfile.TemporaryDirectory() as tmp:
         submitted = as_submitted(cfg, phase, Path(tmp))
         res = compare(submitted, where, phase)
-        res["submit_lag_ms"] = submit_lag_ms(cfg, where, phase)
+        res["submit_lag_ms"] = submit_lag_ms(scheduled, phase)
         if steps:
             res["real_steps"] = real_batch_stats(steps, phase)
             res["schedule_match"] = schedule_match(submitted, where, phase, steps)
     return res
 
 
-def submit_lag_ms(cfg: dict, where: str, phase: dict) -> dict:
+def submit_lag_ms(scheduled: list[list], phase: dict) -> dict:
     """How late the real client submitted each request against the experiment's schedule
-    (p50 / p90 / p99 / max, milliseconds; the first request defines the origin)."""
-    sched = [r[0] for r in engine_jobs.arrivals(cfg, where)]
+    (``scheduled``: `check_same_run`'s requests; p50 / p90 / p99 / max, milliseconds; the first
+    request defines the origin)."""
+    sched = [r[0] for r in scheduled]
     recs = sorted(phase["requests"].values(), key=lambda r: r["t_submit"])
     real = [r["t_submit"] - recs[0]["t_submit"] for r in recs]
     lag = 1e3 * (np.array(real) - (np.array(sorted(sched)) - min(sched)))
