@@ -305,7 +305,7 @@ def _profile(argv: list[str]) -> int:
     spec = dataclasses.replace(
         _resolve_model(a.model), weights=a.weights, kv_cache_dtype=a.kv_cache_dtype
     )
-    _check_torch_precision(spec, a.tp)
+    _check_torch_precision(ShardedModel(spec, a.tp))
     if os.path.isdir(a.out) and os.listdir(a.out) and not a.resume:
         raise ConfigError(a.out, "--out", "directory is not empty (use --resume to continue)")
     if a.redo_steps and (a.skip_steps or not a.resume):
@@ -334,10 +334,10 @@ def _profile(argv: list[str]) -> int:
     )
 
 
-def _check_torch_precision(spec, tp: int) -> None:
+def _check_torch_precision(sh: ShardedModel) -> None:
     """Refuse, before any work, a precision the torch profiler has no kernels for."""
     try:
-        torch_dtype_name(ShardedModel(spec, tp))
+        torch_dtype_name(sh)
     except ValueError as e:
         raise ConfigError("<cli>", "--weights / --kv-cache-dtype", str(e)) from None
 
@@ -355,7 +355,7 @@ def run_profile(
     """Op tables, all-reduce (tp > 1), whole steps and meta.yaml, each phase by its share of
     ``budget_s`` (`PHASES`); resumable (rows already in ``out`` are kept)."""
     sh = ShardedModel(spec, tp)
-    _check_torch_precision(spec, tp)
+    _check_torch_precision(sh)
     import torch
 
     t0 = time.time()
@@ -387,17 +387,16 @@ def run_profile(
             spec, tp, out, max_tokens, mixed_mode, deadlines["steps"], counts, times
         )
     total = round(time.time() - t0, 1)
-    meta = _torch_table_meta(spec, sh, tp, mixed_mode, grid, max_tokens)
-    meta.update(
-        {
-            "allreduce": ar_note,
-            "allreduce_estimate": {"bus_gbps": 300.0, "latency_us": 12.0},
-            "step_runner": runner_info or prev.get("step_runner", {}),
-        }
-    )
+    run = {
+        "allreduce": ar_note,
+        "allreduce_estimate": {"bus_gbps": 300.0, "latency_us": 12.0},
+        "step_runner": runner_info or prev.get("step_runner", {}),
+    }
+    meta = _torch_table_meta(spec, sh, tp, mixed_mode, grid, max_tokens, run)
     meta["points_measured_this_run"] = counts
     meta["time_taken_s"] = _merge_times(prev, times, total, replaced)
-    _write_meta_in_order(out, meta)
+    with open(os.path.join(out, "meta.yaml"), "w") as f:
+        yaml.safe_dump(meta, f, sort_keys=False)
     print(
         f"profiled {spec.name} tp{tp} on {meta['gpu']['name']} in {total:.0f}s: "
         + ", ".join(f"{k} {v}" for k, v in counts.items())
@@ -499,26 +498,10 @@ def _profile_whole_steps(spec, tp, out, max_tokens, mixed_mode, deadline, counts
     return info
 
 
-#: meta.yaml's key order (the file is read by people): the run-dependent keys that
-#: `run_profile` adds after `_torch_table_meta` go where they always stood
-_META_ORDER = (
-    "schema_version", "variant", "gpu", "model", "tp", "per_gpu_shapes", "dtype", "precision",
-    "op_fingerprint", "torch_version", "cuda_version", "attention_backend", "varlen_signature",
-    "attention_kv_layout", "decode_attention", "allreduce", "allreduce_estimate", "step_runner",
-    "date", "git_commit", "grid", "points_measured_this_run", "time_taken_s",
-)  # fmt: skip
-
-
-def _write_meta_in_order(out: str, meta: dict) -> None:
-    ordered = {k: meta[k] for k in _META_ORDER if k in meta}
-    ordered.update({k: v for k, v in meta.items() if k not in ordered})
-    with open(os.path.join(out, "meta.yaml"), "w") as f:
-        yaml.safe_dump(ordered, f, sort_keys=False)
-
-
-def _torch_table_meta(spec, sh, tp: int, mixed_mode: str, grid: list[int], max_tokens: int):
+def _torch_table_meta(spec, sh, tp: int, mixed_mode: str, grid, max_tokens: int, run: dict):
     """What a torch-profiled table measured: GPU, model and its per-GPU shapes, precision, op
-    fingerprint, software, attention backend and the grids."""
+    fingerprint, software, attention backend, ``run`` (all-reduce and step-runner facts of this
+    run) and the grids, in the order meta.yaml has always listed them."""
     import torch
 
     from profiles.torch_model import varlen_features
@@ -563,6 +546,7 @@ def _torch_table_meta(spec, sh, tp: int, mixed_mode: str, grid: list[int], max_t
         "varlen_signature": feat["signature"],
         "attention_kv_layout": "paged (block_table, block 16)" if feat["paged"] else "contiguous",
         "decode_attention": "query length 1, causal flag OFF (see attn_decode.csv causal=1 rows)",
+        **run,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "git_commit": _git_commit(),
         "grid": {
