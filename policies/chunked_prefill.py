@@ -126,11 +126,11 @@ class ChunkedPrefill(Policy):
         self, replica, now: float, budget: int, chunks: list, cutoff: float = math.inf
     ) -> None:
         """Admit waiting requests FCFS while budget and sequences last; ``cutoff``: requests
-        (never preempted) that arrived later are not yet visible to the scheduler."""
+        (never preempted) queued later are not yet visible to the scheduler."""
         waiting, kv, pre = replica.waiting, replica.kv, self.preemption
         while budget > 0 and waiting and len(replica.running) < self.max_num_seqs:
             req = waiting[0]
-            if req.arrival_s > cutoff and req.num_preemptions == 0:
+            if req.queued_s > cutoff and req.num_preemptions == 0:
                 break
             if req.num_preemptions == 0 and req.first_scheduled_s is None:
                 reason = too_long(replica, req, req.num_prompt_tokens, self._watermark_blocks)

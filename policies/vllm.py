@@ -41,9 +41,10 @@ Every rule below is read from vLLM 0.24.0's source, ``vllm/v1/core/sched/schedul
    and launch step k+1, *then* wait for step k's output). Launching a step that carries prompt
    tokens takes the engine loop milliseconds of host work (a graph replay) to tens of
    milliseconds (eager inductor code above the largest CUDA-graph size), measured by the
-   profiler as ``launch_s``; a short decode step before it reaches clients only then. The plan
-   of a decode-only step names the next step's tokens (``StepPlan.next_tokens``) when the head
-   of ``waiting`` will be admitted next.
+   profiler as ``launch_s``; a step shorter than that launch (a decode step, or a short prefill
+   step with the next arrival's prompt behind it) reaches clients only then. Every plan names
+   the next step's tokens (``StepPlan.next_tokens``) when that step will carry prompt tokens: a
+   prompt this step leaves unfinished, or the head of ``waiting`` admitted next.
 
 Left out, and why: KV blocks freed by requests finishing in step k become usable one step later
 under async scheduling (here: at once); the cost of processing an arrival in the engine-core
@@ -93,13 +94,14 @@ class Vllm(ChunkedPrefill):
         cutoff = now
         if self.async_scheduling and self._running_since is not None:
             cutoff = self._running_since  # arrivals during the running step wait one more
-        plan = self._plan(replica, now, cutoff)
+        idle = self._running_since is None
+        plan = self._plan(replica, now, cutoff, idle)
         if plan is IDLE and cutoff < now:
-            plan = self._plan(replica, now, now)  # nothing else to run: plan it at once
+            plan = self._plan(replica, now, now, True)  # nothing else to run: plan it at once
         self._running_since = None if plan is IDLE else now
         return plan
 
-    def _plan(self, replica, now: float, cutoff: float) -> StepPlan:
+    def _plan(self, replica, now: float, cutoff: float, idle: bool) -> StepPlan:
         pre = self.preemption
         budget = self.max_num_batched_tokens
         before = pre.stats["recompute"] + pre.stats["swap"]
@@ -114,22 +116,35 @@ class Vllm(ChunkedPrefill):
         extra = pre.take_extra_s()
         if not chunks and not decode and not extra:
             return IDLE
-        nxt = 0 if chunks or not self.async_scheduling else self._next_prefill(replica, now)
+        nxt = self._next_prefill(replica, now, chunks) if self.async_scheduling else 0
         return StepPlan(
-            chunks=tuple(chunks), decode=decode or bool(extra), extra_s=extra, next_tokens=nxt
+            chunks=tuple(chunks),
+            decode=decode or bool(extra),
+            extra_s=extra,
+            next_tokens=nxt,
+            after_idle=idle,
         )
 
-    def _next_prefill(self, replica, now: float) -> int:
-        """Tokens of the step after this decode-only one, if it will carry a prompt chunk: the
-        head of ``waiting`` arrived by now (so the next plan sees it, rule 6) and fits (rule 4).
-        Its launch runs while this step runs and delays this step's outputs (rule 7)."""
+    def _next_prefill(self, replica, now: float, chunks: list) -> int:
+        """Tokens of the step after this one, if it will carry prompt tokens: a prompt this
+        step leaves unfinished (running requests first, rule 1), else the head of ``waiting``
+        if it fits (rule 4): it is queued by now, so the next plan sees it (rule 6). Its launch
+        runs while this step runs and delays this step's outputs (rule 7). The next step's
+        decodes: today's, plus the prompts this step completes."""
+        budget = self.max_num_batched_tokens - len(replica.decoding)
+        done = 0
+        for req, n in chunks:
+            left = req.num_tokens - req.num_computed - n
+            if left > 0:
+                return self._chunk(left, budget) + len(replica.decoding) + done
+            done += 1
         if not replica.waiting or len(replica.running) >= self.max_num_seqs:
             return 0
-        req = replica.waiting[0]
-        if req.arrival_s > now or not self._fits(replica.kv, req, req.num_tokens):
+        req = replica.waiting[0]  # queued by now: the next plan sees it (rule 6)
+        if not self._fits(replica.kv, req, req.num_tokens):
             return 0
-        budget = self.max_num_batched_tokens - len(replica.decoding)
-        return self._chunk(req.num_tokens - req.num_computed, budget) + len(replica.decoding)
+        nxt = self._chunk(req.num_tokens - req.num_computed, budget - done)
+        return nxt + len(replica.decoding) + done if nxt > 0 else 0
 
     def _chunk(self, pending: int, budget: int) -> int:
         t = self.long_prefill_token_threshold  # rule 2 / 4: 0 is off

@@ -43,13 +43,14 @@ def step_rows(steps: list[dict]) -> list[dict]:
     ``after_idle`` is 1 when the step was planned after the previous one had completed (the
     engine was idle, so nothing of its host work overlapped a running step).
 
-    ``exposes_launch`` marks a step with prefill tokens planned while a decode-only step ran:
-    launching it costs the engine loop tens of milliseconds of host work (inductor graphs run
-    kernel by kernel above the largest CUDA-graph size, attention metadata, input copies),
-    which a 5 ms decode step cannot hide, so that decode step's stamp arrives late (seen on
-    H100 and H200: a 4-sequence decode stamped 31 ms after its plan, the 1024-token prefill
-    behind it 3 ms later). The latency model charges the pair's excess to the prefill step.
-    Behind another prefill step the launch hides under the running step and nothing moves."""
+    ``prefill_behind`` marks a step with prompt tokens planned while another step ran. Its
+    launch is host work on the engine loop (inductor graphs run kernel by kernel above the
+    largest CUDA-graph size, attention metadata, input copies: 7-47 ms measured, by GPU machine
+    more than by model), done before the loop takes the running step's outputs, so a running
+    step shorter than the launch is stamped late (a 4-sequence decode stamped 31 ms after its
+    plan, the 1024-token prefill behind it 3 ms later). That holds behind a short prefill step
+    too (serving: a 1,000-token prefill followed by the next arrival's). Whether the launch
+    really showed is the model's call (`simulator.latency.engine_steps`): a long step hides it."""
     rows, prev = [], None
     for s in steps:
         idle = prev is None or s["t_sched"] >= prev
@@ -70,12 +71,8 @@ def step_rows(steps: list[dict]) -> list[dict]:
                 "t_done": s["t_done"],
             }
         )
-    for prev, r in zip(rows, rows[1:], strict=False):
-        r["exposes_launch"] = int(
-            r["prefill_tokens"] > 0 and not r["after_idle"] and prev["prefill_tokens"] == 0
-        )
-    if rows:
-        rows[0]["exposes_launch"] = 0
+    for r in rows:
+        r["prefill_behind"] = int(r["prefill_tokens"] > 0 and not r["after_idle"])
     return rows
 
 
@@ -148,29 +145,74 @@ def flag_early_stamps(rows: list[dict], served, gpu) -> int:
 
 
 def frontend_delays(phase: dict, steps: list[dict]) -> dict:
-    """The serving path outside the engine loop, from the single-request prefill scenarios
-    (an idle engine, one request): input = first step planned - submit (least squares in the
-    prompt length: the frontend and the engine core copy and hash every prompt token), output =
-    client receipt of the first token - that step's completion (median)."""
-    pts, outs = [], []
+    """The serving path outside the engine loop.
+
+    * input: a request submitted at ``t`` is first seen by the plan at or after ``t + input_s``
+      (the frontend's input processing and the hop into the engine core). Measured on the
+      prompts injected into a running engine (``inj`` requests), where every plan is a chance
+      to see them: each bounds ``input_s`` from below by the plan before its first step and
+      from above by that first step's plan, and ``input_s`` is the middle of the range that
+      the fewest bounds contradict (`_busy_input_s`). An idle engine's first plan comes later
+      (its loop wakes from a blocking wait): ``idle_plan_s`` is the single-request prefill
+      scenarios' median submit-to-plan time less ``input_s``, charged to a step planned on an
+      idle engine (`StepPlan.after_idle`).
+    * output: client receipt of the first token less the completion of its step, median over
+      the single-request prefill scenarios."""
+    outs, idle = [], []
     for sc in phase["scenarios"]:
         rec = phase["requests"].get(sc["id"] + "/0")
         if not sc["id"].startswith("prefill_p") or rec is None:
             continue
         first = [s for s in steps if sc["t0"] <= s["t_sched"] <= sc["t1"] and s["pf"]]
         if first and rec["times"]:
-            pts.append((rec["prompt"], first[0]["t_sched"] - rec["t_submit"]))
             outs.append(rec["times"][0][0] - first[0]["t_done"])
-    if len(pts) < 3:
+            idle.append(first[0]["t_sched"] - rec["t_submit"])
+    bounds = _input_bounds(phase["requests"], steps)
+    if len(outs) < 3 or len(bounds) < 10:
         return {}
-    x = np.array([[1.0, p] for p, _ in pts])
-    (a, b), *_ = np.linalg.lstsq(x, np.array([d for _, d in pts]), rcond=None)
+    input_s, outside = _busy_input_s(bounds)
     return {
-        "input_s": round(max(float(a), 0.0), 6),
-        "input_s_per_token": round(max(float(b), 0.0), 10),
+        "input_s": round(input_s, 6),
+        "input_s_per_token": 0.0,
+        "idle_plan_s": round(max(float(np.median(idle)) - input_s, 0.0), 6),
         "output_s": round(float(np.median(outs)), 6),
-        "requests": len(pts),
+        "requests": len(bounds),
+        "input_bounds_contradicted": outside,
     }
+
+
+def _input_bounds(requests: dict, steps: list[dict]) -> list[tuple[float, float]]:
+    """(lower, upper) bound on the input delay of each injected request first planned while
+    the engine ran another step, on the clock the simulator plans by: a plan made while step
+    ``i - 1`` runs sees what arrived by the completion of step ``i - 2`` (`policies.vllm`,
+    rule 6), so the request arrived after step ``i - 3`` completed and by step ``i - 2``'s
+    completion, less its submission. Engine request ids carry a ``-<hex>`` suffix (vLLM's)."""
+    first: dict[str, int] = {}
+    for i, s in enumerate(steps):
+        for rid, _, _ in s["pf"]:
+            first.setdefault(rid.rsplit("-", 1)[0], i)
+    out = []
+    for rid, rec in requests.items():
+        i = first.get(rid, 0)
+        if "/inj" not in rid or i < 3 or steps[i]["t_sched"] >= steps[i - 1]["t_done"]:
+            continue
+        t = rec["t_submit"]
+        out.append((steps[i - 3]["t_done"] - t, steps[i - 2]["t_done"] - t))
+    return out
+
+
+def _busy_input_s(bounds: list[tuple[float, float]]) -> tuple[float, int]:
+    """The middle of the delay range that the fewest bounds contradict (a lower bound at or
+    above it, an upper bound below it), and how many do."""
+    cands = sorted({max(lo, 0.0) for lo, _ in bounds} | {hi for _, hi in bounds if hi > 0})
+
+    def bad(d: float) -> int:
+        return sum(lo >= d or hi < d for lo, hi in bounds)
+
+    mids = [(a + b) / 2 for a, b in zip(cands, cands[1:], strict=False)] or cands
+    best = min(bad(d) for d in mids)
+    good = [d for d in mids if bad(d) == best]
+    return (min(good) + max(good)) / 2, best
 
 
 def scenario_energy(phase: dict, rows: list[dict], record: dict) -> list[dict]:

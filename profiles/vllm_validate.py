@@ -239,12 +239,15 @@ class ReplayExecutor:
         self.durations = durations
         self.latency = latency
         self.k = 0
+        frontend = getattr(latency, "frontend", None)
+        self.idle_plan_s = frontend.idle_plan_s if frontend else 0.0
 
     def execute(self, plan, replica, features: tuple) -> float:
         k, self.k = self.k, self.k + 1
+        wake = self.idle_plan_s if plan.after_idle else 0.0
         if k < len(self.durations):
-            return self.durations[k]
-        return self.latency.step_time(*features) + plan.extra_s
+            return self.durations[k] + wake  # a measured interval starts at its plan
+        return self.latency.step_time(*features) + plan.extra_s + wake
 
 
 def phase_steps(steps: list[dict], phase: dict) -> list[dict]:
@@ -280,9 +283,11 @@ def schedule_match(cfg: dict, where: str, phase: dict, steps: list[dict]) -> dic
 
 
 def step_model_on_real_batches(latency, real: list[dict]) -> dict | None:
-    """The table charged with the batches vLLM really ran: its summed prediction over the
-    phase's busy steps against their summed measured intervals, and its per-step error on
-    decode-only steps that carry no exposed prefill launch.
+    """The table charged with the batches vLLM really ran, as the simulator charges them: each
+    step its predicted time, and where a step with prompt tokens was launched behind it, at
+    least that launch, given back by the launched step (`SimulatedExecutor`); summed over the
+    phase's busy steps against their summed measured intervals. Also the per-step error on
+    decode-only steps with no launch behind them.
 
     Why: a metric error mixes step-time error with the scheduling and queueing that follow
     from it (near saturation a few percent of step time become tens of percent of TPOT); this
@@ -292,19 +297,29 @@ def step_model_on_real_batches(latency, real: list[dict]) -> dict | None:
     predict = getattr(latency, "predict_row", None)
     if predict is None:
         return None
-    busy = [r for r in real if not r["after_idle"]]
+    launch_s = getattr(latency, "launch_s", None)
+    charged, waited = [], 0.0
+    for k, r in enumerate(real):
+        t = predict(r)
+        if waited and r["prefill_tokens"]:
+            t = max(t - waited, 0.2 * t)
+        waited = 0.0
+        nxt = real[k + 1] if k + 1 < len(real) else None
+        if launch_s is not None and nxt is not None and nxt["prefill_behind"]:
+            waited = max(0.0, launch_s(nxt["prefill_tokens"] + nxt["decode_seqs"]) - t)
+        charged.append(t + waited)
+    busy = [(r, c) for r, c in zip(real, charged, strict=True) if not r["after_idle"]]
     if not busy:
         return None
-    pred = [predict(r) for r in busy]
-    meas = [r["dur_us"] * 1e-6 for r in busy]
+    meas = sum(r["dur_us"] for r, _ in busy) * 1e-6
     clean = [
-        p / m - 1
-        for k, (r, p, m) in enumerate(zip(busy, pred, meas, strict=True))
-        if r["prefill_tokens"] == 0 and not (k + 1 < len(busy) and busy[k + 1]["exposes_launch"])
+        predict(r) / (r["dur_us"] * 1e-6) - 1
+        for k, (r, _) in enumerate(busy)
+        if r["prefill_tokens"] == 0 and not (k + 1 < len(busy) and busy[k + 1][0]["prefill_behind"])
     ]
     return {
         "busy_steps": len(busy),
-        "busy_time_err": sum(pred) / sum(meas) - 1,
+        "busy_time_err": sum(c for _, c in busy) / meas - 1,
         "clean_decode_steps": len(clean),
         "clean_decode_median_err": float(np.median(clean)) if clean else None,
         "clean_decode_p95_abs_err": float(np.percentile(np.abs(clean), 95)) if clean else None,

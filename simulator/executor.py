@@ -48,6 +48,9 @@ class SimulatedExecutor:
             decode_run_times, latency.step_time
         )
         self.launch_s = getattr(latency, "launch_s", None)
+        frontend = getattr(latency, "frontend", None)
+        #: an idle engine's wake before its first plan (`StepPlan.after_idle`)
+        self.idle_plan_s = frontend.idle_plan_s if frontend else 0.0
         self._waited = 0.0
         #: the model prices the prefill chunks' cached prefix (MLA's up-projection of it)
         self.prefill_ctx = getattr(latency, "uses_prefill_ctx", False)
@@ -64,6 +67,8 @@ class SimulatedExecutor:
             if plan.next_tokens:
                 self._waited = max(0.0, self.launch_s(plan.next_tokens) - t)
                 t += self._waited
+        if plan.after_idle:
+            t += self.idle_plan_s
         return t + plan.extra_s
 
 

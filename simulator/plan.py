@@ -20,6 +20,9 @@ advance progress themselves.
   returns. A policy that knows the next step will carry prefill tokens (> 0 here: that step's
   token count) lets the executor end this step no earlier than the next one's launch
   (`SimulatedExecutor`); 0 means nothing is known. Never set on coalescable plans.
+* ``after_idle``: the step was planned on an idle engine, whose loop first wakes from a
+  blocking wait for input (vLLM: ~2 ms more than a running engine takes to see a request);
+  the executor charges that wake (`Frontend.idle_plan_s`). Never set on coalescable plans.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class StepPlan:
     verify: int = 0
     extra_s: float = 0.0
     next_tokens: int = 0
+    after_idle: bool = False
 
     @property
     def is_idle(self) -> bool:

@@ -138,6 +138,7 @@ class Replica:
         self.touch()  # wakes the loop if idle: it runs after this call, so it sees ``req``
         req.status = Status.WAITING
         req.replica = self.index
+        req.queued_s = self.env.now
         self.waiting.append(req)
 
     def touch(self) -> None:

@@ -31,6 +31,7 @@ class Request:
     __slots__ = (
         "id",
         "arrival_s",
+        "queued_s",
         "num_prompt_tokens",
         "max_output_tokens",
         "hash_ids",
@@ -65,6 +66,9 @@ class Request:
             raise ValueError(f"request {id}: prompt and output lengths must be >= 1")
         self.id = id
         self.arrival_s = arrival_s
+        #: when it entered its replica's ``waiting`` (after a serving frontend's input path;
+        #: `Replica.add_request`): what an engine's scheduler can see, not the client's arrival
+        self.queued_s = arrival_s
         self.num_prompt_tokens = num_prompt_tokens
         #: output length the request will produce (from the trace); engines do not know it
         #: in advance, so policies must not use it except where a config says so explicitly.

@@ -63,8 +63,12 @@ def run(
     """Run ``specs`` through ``replicas`` engines (to the end, or to ``until`` seconds);
     return (requests, replicas, cols)."""
     env = simpy.Environment()
-    cluster = Cluster(env, list(specs), ROUTERS[router](Section({}, "test.yaml")))
     latency = latency or ConstantLatencyModel(1.0)
+    frontend = getattr(latency, "frontend", None)  # as simulator.runner.simulate does
+    cluster = Cluster(
+        env, list(specs), ROUTERS[router](Section({}, "test.yaml")),
+        input_delay=frontend.input_s if frontend else None,
+    )  # fmt: skip
     reps = []
     for i in range(replicas):
         engine = engine_facts(num_blocks, block_size, max_model_len, seed=i)

@@ -70,9 +70,16 @@ class _Charged:
         return 0.010
 
 
+class _Launching(_Charged):
+    launch = 0.015
+
+    def launch_s(self, tokens: int) -> float:
+        return self.launch
+
+
 def _row(dur_ms: float, prefill: int = 0, idle: int = 0, exposes: int = 0) -> dict:
-    return {"dur_us": dur_ms * 1e3, "prefill_tokens": prefill, "after_idle": idle,
-            "exposes_launch": exposes}  # fmt: skip
+    return {"dur_us": dur_ms * 1e3, "prefill_tokens": prefill, "after_idle": idle, "decode_seqs": 0,
+            "prefill_behind": exposes}  # fmt: skip
 
 
 def test_step_time_on_real_batches_by_hand():
@@ -86,6 +93,14 @@ def test_step_time_on_real_batches_by_hand():
     got = step_model_on_real_batches(_Charged(), rows)
     assert got["busy_steps"] == 4
     assert got["busy_time_err"] == pytest.approx(40.0 / 52.5 - 1)
+    # a 15 ms launch behind the 20 ms decode step: it lasts 15 ms at least (it does: 10 + 5 ms
+    # waited), and the launched step gives the 5 ms back: the sum stays 40 ms
+    launched = _Launching()
+    got = step_model_on_real_batches(launched, rows)
+    assert got["busy_time_err"] == pytest.approx(40.0 / 52.5 - 1)
+    launched.launch = 0.030  # 20 ms waited; the launched step keeps a fifth of its 10 ms
+    got = step_model_on_real_batches(launched, rows)
+    assert got["busy_time_err"] == pytest.approx((10 + 30 + 2 + 10) / 52.5 - 1)
     assert got["clean_decode_steps"] == 2
     assert got["clean_decode_median_err"] == pytest.approx(-0.1)
 

@@ -66,7 +66,7 @@ def test_step_rows_intervals_idle_starts_and_exposed_launches():
     rows = step_rows(steps)
     assert [round(r["dur_us"]) for r in rows] == [50000, 6000, 34000, 5000]
     assert [r["after_idle"] for r in rows] == [1, 0, 0, 1]
-    assert [r["exposes_launch"] for r in rows] == [0, 0, 1, 0]
+    assert [r["prefill_behind"] for r in rows] == [0, 0, 1, 0]
     assert rows[0]["prefill_attn"] == 1000 * (0 + 1001 / 2)
 
 
@@ -95,16 +95,30 @@ def test_label_marks_bursts_the_step_after_and_the_warmup_scenario():
     assert {r["split"] for r in rows[1:]} == {"test"}
 
 
-def test_frontend_delays_fit_input_per_token_and_median_output():
+def test_frontend_delays_fit_the_busy_input_delay_idle_wake_and_median_output():
+    # idle engine: single prompts planned 3 ms after submission, first token 2 ms after its
+    # step; busy engine: 10 ms steps, each planned while the previous one runs; injected
+    # prompts become visible 1 ms after submission, to the plan made while the step after the
+    # next one's predecessor runs (a plan sees what arrived by the completion two steps back)
     scen, reqs, steps = [], {}, []
-    for i, p in enumerate((100, 1100, 2100, 3100)):
+    for i, p in enumerate((100, 1100, 2100)):
         t = 10.0 * i
         scen.append({"id": f"prefill_p{p}", "t0": t, "t1": t + 1})
         reqs[f"prefill_p{p}/0"] = {"prompt": p, "t_submit": t, "times": [[t + 0.5 + 0.002, 1]]}
-        steps.append(_rec(t + 0.001 + 1e-6 * p, t + 0.5, pf=[("r", p, 0)]))
+        steps.append(_rec(t + 0.003, t + 0.5, pf=[(f"prefill_p{p}/0-ab12", p, 0)]))
+    done = [100.0 + 0.010 * j for j in range(200)]
+    first: dict[int, list] = {}
+    for k in range(40):
+        sub = 100.0 + 0.0137 * k + 0.02  # offsets spread over the 10 ms step
+        i = next(j for j in range(2, 200) if done[j - 2] >= sub + 0.001)
+        reqs[f"inj_b8/inj{k}"] = {"prompt": 50, "t_submit": sub, "times": []}
+        first.setdefault(i, []).append((f"inj_b8/inj{k}-cd34", 50, 0))
+    for j in range(1, 200):
+        steps.append(_rec(done[j - 1] - 0.001, done[j], pf=first.get(j, ()), nd=8, dctx=800))
     fe = frontend_delays({"scenarios": scen, "requests": reqs}, steps)
-    assert fe["input_s"] == pytest.approx(0.001, abs=1e-9)
-    assert fe["input_s_per_token"] == pytest.approx(1e-6, rel=1e-6)
+    assert fe["requests"] == 40 and fe["input_bounds_contradicted"] == 0
+    assert fe["input_s"] == pytest.approx(0.001, abs=0.0004)  # the range the bounds leave
+    assert fe["idle_plan_s"] == pytest.approx(0.003 - fe["input_s"], abs=1e-9)
     assert fe["output_s"] == pytest.approx(0.002, abs=1e-9)
 
 
@@ -170,7 +184,7 @@ def _table(tmp_path, model="toy", tp=1, n=400, seed=1):
                 **r,
                 "after_idle": 0,
                 "burst": 0,
-                "exposes_launch": 0,
+                "prefill_behind": 0,
                 "dur_us": _truth(r) * 1e6,
             }
         )
@@ -359,46 +373,65 @@ def test_the_simulation_starts_from_the_requests_as_submitted(tmp_path):
     assert cfg["workload"] != sub["workload"]  # the experiment itself is left as it was
 
 
-def test_launch_time_is_the_median_wait_of_exposed_decode_steps(tmp_path):
-    d = _table(tmp_path)
+def _step(i: int, dur_s: float, prefill: int = 0, decodes: int = 2, behind: int = 0) -> dict:
+    """A train row of scenario ``x``: ``prefill`` fresh prompt tokens beside ``decodes``."""
+    return {
+        **{c: 0 for c in STEP_COLUMNS},
+        "step_id": 1000 + i,
+        "scenario": "x",
+        "split": "train",
+        "prefill_tokens": prefill,
+        "prefill_attn": prefill * (prefill + 1) / 2,
+        "prefill_seqs": int(prefill > 0),
+        "decode_seqs": decodes,
+        "decode_ctx": 100 * decodes,
+        "decode_max": 100,
+        "prefill_behind": behind,
+        "dur_us": dur_s * 1e6,
+    }
+
+
+def _with_rows(d: Path, extra: list[dict]) -> EngineStepModel:
     rows = list(csv.DictReader(open(d / "steps.csv")))
-    # three train pairs: a 2-decode step (own ~4 ms) stamped 20/22/24 ms, followed by an exposed
-    # 3000-token prefill (eager: above the largest graph, 512)
-    extra = []
-    for i, wait in enumerate((0.020, 0.022, 0.024)):
-        base = {c: 0 for c in STEP_COLUMNS}
-        dec = {
-            **base,
-            "step_id": 1000 + 2 * i,
-            "scenario": "x",
-            "split": "train",
-            "decode_seqs": 2,
-            "decode_ctx": 200,
-            "decode_max": 100,
-            "dur_us": wait * 1e6,
-        }
-        pre = {
-            **base,
-            "step_id": 1001 + 2 * i,
-            "scenario": "x",
-            "split": "train",
-            "prefill_tokens": 3000,
-            "prefill_attn": 3000 * 1500.5,
-            "prefill_seqs": 1,
-            "decode_seqs": 2,
-            "decode_ctx": 200,
-            "exposes_launch": 1,
-            "dur_us": 50000,
-        }
-        extra += [dec, pre]
     with open(d / "steps.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=STEP_COLUMNS)
         w.writeheader()
         w.writerows(rows + extra)
-    m = EngineStepModel(d, "toy", 1)
+    return EngineStepModel(d, "toy", 1)
+
+
+def test_launch_time_is_the_median_wait_of_exposed_decode_steps(tmp_path):
+    # three train pairs: a 2-decode step (own ~4 ms) stamped 20/22/24 ms, followed by an exposed
+    # 3000-token prefill (eager: above the largest graph, 512)
+    extra = []
+    for i, wait in enumerate((0.020, 0.022, 0.024)):
+        extra += [_step(2 * i, wait), _step(2 * i + 1, 0.050, prefill=3000, behind=1)]
+    m = _with_rows(_table(tmp_path), extra)
     assert m.launch_s(3002) == pytest.approx(0.022)
     assert m.launch_s(100) == 0.0  # no graph-sized launches seen
     assert m.describe()["launch_s"]["eager"] == pytest.approx(0.022)
+
+
+def test_a_launch_shows_behind_a_short_prefill_step_and_hides_behind_a_long_one(tmp_path):
+    # decode -> 3000-token prefill pairs give the launch time (22 ms); then a 100-token prefill
+    # (own ~7.8 ms by the toy law) stamped 22 ms with a 3000-token prefill behind it: it
+    # waited for that launch. An 8000-token chunk (own ~181 ms) with the next chunk behind it
+    # hid the launch: it keeps its own interval as its target.
+    extra = []
+    for i in range(3):
+        extra += [_step(2 * i, 0.022), _step(2 * i + 1, 0.050, prefill=3000, behind=1)]
+    short = _step(10, 0.022, prefill=100, behind=1)
+    after_short = _step(11, 0.030, prefill=3000, behind=1)
+    chunk = _step(12, _truth(_step(0, 0, prefill=8000)), prefill=8000, behind=1)
+    after_chunk = _step(13, 0.070, prefill=3000, behind=1)
+    m = _with_rows(_table(tmp_path), extra + [short, after_short, chunk, after_chunk])
+    by_id = {r["step_id"]: r for r in m.rows}
+    s, a, c = by_id[1010], by_id[1011], by_id[1012]
+    assert m.launch_s(3002) == pytest.approx(0.022)
+    assert s["next_tokens"] == 3002 and s["target"] is None  # it only tells the launch time
+    ran = s["charged_s"] or m._own(s)
+    assert a["target"] == pytest.approx(0.030 + 0.022 - ran)  # the pair less what s ran
+    assert c["next_tokens"] == 0 and c["target"] == pytest.approx(c["dur_us"] * 1e-6)
 
 
 def test_frontend_delays_move_ttft_and_e2e_not_tpot_and_keep_fifo():

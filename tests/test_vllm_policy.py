@@ -154,7 +154,7 @@ def test_decode_step_waits_for_the_next_prefill_launch_and_the_prefill_gives_it_
     assert durations[:4] == [1.0, 1.0, 3.0, 0.2]
 
 
-def test_next_tokens_only_for_decode_only_plans_with_an_admissible_head():
+def test_synchronous_scheduling_never_waits_for_a_launch():
     from simulator.plan import StepPlan
 
     assert StepPlan().next_tokens == 0
@@ -166,3 +166,47 @@ def test_next_tokens_only_for_decode_only_plans_with_an_admissible_head():
         latency=_LaunchModel(),
     )
     assert all(row[1] == 1.0 for row in reps[0].steps)
+
+
+def test_a_short_prefill_step_waits_for_the_next_arrivals_launch_too():
+    # rule 7 behind a prefill step: as above, the decode step planned at 2 waits for r1's
+    # launch (2 -> 5). r2 arrives at 4, after the plan at 2 that the plan at 5 is cut off by
+    # (rule 6): the plan at 5 runs r1's prefill only, but r2 heads waiting, so that step names
+    # r2's chunk next and lasts the launch: 0.2 s of its own time (1 s less the 2 s given back,
+    # floored at a fifth) + 2.8 s waited (5 -> 8); r2's prefill then takes 0.2 s (8 -> 8.2).
+    reqs, reps, _ = run(
+        [spec(0, 4, 8), spec(1.5, 4, 1), spec(4.0, 4, 1)], "vllm", latency=_LaunchModel()
+    )
+    durations = [round(row[1], 6) for row in reps[0].steps]
+    assert durations[:5] == [1.0, 1.0, 3.0, 3.0, 0.2]
+    assert by_id(reqs)[2].first_token_s == pytest.approx(8.2)
+
+
+class _FrontendModel:
+    """1 s per step; a request reaches the engine 0.6 s after it arrives, and an idle engine's
+    loop takes 0.25 s to wake before its first plan (`simulator.latency.engine_steps.Frontend`)."""
+
+    name = "toy-frontend"
+
+    def __init__(self):
+        from simulator.latency.engine_steps import Frontend
+
+        self.frontend = Frontend(0.6, 0.0, 0.0, 0.25)
+
+    def step_time(self, *features):
+        return 1.0
+
+    def describe(self):
+        return {"name": self.name}
+
+
+def test_the_async_cutoff_counts_from_when_the_engine_saw_a_request():
+    # r0 reaches the idle engine at 0.6: its step costs 1 s + the 0.25 s wake (0.6 -> 1.85),
+    # then decodes 1.85 -> 2.85 -> 3.85. r1 arrives at 1.5 but reaches the engine at 2.1,
+    # after the plan at 1.85 that the plan at 2.85 is cut off by (rule 6): it is first planned
+    # at 3.85. Cut off by its arrival instead it would run from 2.85.
+    reqs, reps, _ = run([spec(0, 4, 6), spec(1.5, 4, 1)], "vllm", latency=_FrontendModel())
+    r = by_id(reqs)
+    assert r[0].first_scheduled_s == pytest.approx(0.6)
+    assert [round(row[1], 6) for row in reps[0].steps][:2] == [1.25, 1.0]
+    assert r[1].first_scheduled_s == pytest.approx(3.85)

@@ -53,13 +53,16 @@ from simulator.files import csv_records, load_yaml_file, read_text
 from simulator.latency.base import STEP_FEATURES
 
 STEP_COLUMNS = [
-    "step_id", "scenario", "split", *STEP_FEATURES, "after_idle", "burst", "exposes_launch",
+    "step_id", "scenario", "split", *STEP_FEATURES, "after_idle", "burst", "prefill_behind",
     "dur_us",
 ]  # fmt: skip
 DECODE_KNOTS = (1, 8, 32, 64, 128, 256, 512)
 TOKEN_KNOTS = (1, 256, 1024, 4096, 8192, 16384)
 #: a training step whose first-fit relative error exceeds this many times the median is dropped
 OUTLIER_FACTOR = 5.0
+#: a step whose stamp interval exceeds its predicted own time this many times waited for the
+#: launch of the step behind it
+LAUNCH_SHOWS = 1.1
 
 
 def hat(x: float, knots: tuple) -> list[float]:
@@ -76,11 +79,13 @@ def hat(x: float, knots: tuple) -> list[float]:
 class Frontend:
     """The serving path outside the engine loop, measured by the profiler (``meta.yaml``
     ``frontend``): a request reaches the engine ``input_s(prompt_tokens)`` after it reaches
-    the server, and a token reaches the client ``output_s`` after the engine emits it."""
+    the server, a token reaches the client ``output_s`` after the engine emits it, and an idle
+    engine plans ``idle_plan_s`` later than a running one would (its loop wakes first)."""
 
     input_base_s: float
     input_per_token_s: float
     output_s: float
+    idle_plan_s: float = 0.0
 
     def input_s(self, prompt_tokens: int) -> float:
         return self.input_base_s + self.input_per_token_s * prompt_tokens
@@ -99,7 +104,11 @@ class EngineStepModel:
         self.rows = read_steps_csv(self.dir / "steps.csv")
         fe = self.meta.get("frontend") or {}
         self.frontend = (
-            Frontend(fe["input_s"], fe["input_s_per_token"], fe["output_s"]) if fe else None
+            Frontend(
+                fe["input_s"], fe["input_s_per_token"], fe["output_s"], fe.get("idle_plan_s", 0.0)
+            )
+            if fe
+            else None
         )
         engine = self.meta["engine"]
         gpu_dir = self.meta["gpu"]["key"]
@@ -107,10 +116,13 @@ class EngineStepModel:
         self.name = f"engine:{engine['name']}-{engine['version']}/{gpu_dir}/{self.dir.name}"
         #: the steps' energy (`simulator.energy`), or None and why not (a TDP estimate then)
         self.energy, self.energy_note = table_energy(self.dir, self.meta, self.name, tp)
-        for _ in range(2):  # first without exposed prefill steps, then with their targets
+        # first without launched pairs; then the pairs behind decode steps as the fit says
+        # they ran, which gives the launch times; then also those behind prefill steps
+        self.launch: dict[bool, float] | None = None
+        for _ in range(3):
             self._attribute()
             self.fit([r for r in self.rows if r["split"] == "train" and _usable(r)])
-        self._fit_launch([r for r in self.rows if r["split"] == "train" and not r["burst"]])
+            self._fit_launch([r for r in self.rows if r["split"] == "train" and not r["burst"]])
 
     def _check_matches(self, model_name: str, tp: int) -> None:
         got = (self.meta["model"]["name"], int(self.meta["tp"]))
@@ -140,33 +152,77 @@ class EngineStepModel:
 
     # -- fit -----------------------------------------------------------------------------------
     def _attribute(self) -> None:
-        """Each row's ``target`` (seconds): its own stamp interval, except for a decode-only step
-        followed by a prefill step that exposed its launch (``exposes_launch``): its outputs
-        waited for that launch, so it gets no target (it only tells the launch time:
-        ``next_tokens`` is the next step's token count), and the prefill step's target is the
-        pair's total less the decode step's predicted own time. The simulator splits that total
-        back the way the engine does (`SimulatedExecutor`, ``launch_s``). Needs ``c_dec``
-        fitted: a first pass leaves exposed prefill steps without a target."""
+        """Each row's ``target`` (seconds): its own stamp interval, except around a launch that
+        showed. A step with prompt tokens planned behind a running step (``prefill_behind``) is
+        launched before the loop takes that step's outputs; when the running step's stamp
+        interval (``wait_s``) exceeds its predicted own time by over 10%, the launch showed:
+
+        * the running step gets no target (it only tells the launch time, `_fit_launch`;
+          ``next_tokens`` is the launched step's token count);
+        * the launched step's target is the pair's total less the running step's own time,
+          which is what the simulator charges it (`SimulatedExecutor`: the running step lasts
+          the launch, the launched one its time less that wait, at least a fifth of it), when
+          the pair was GPU-bound; when the launch outlasted both steps' GPU work (the launched
+          step's time less the wait is under a fifth of it) the pair says nothing of that
+          step's GPU time: no target either.
+
+        Needs a fitted model; the first pass, without one, takes every decode step followed by
+        a launch as waiting and leaves both steps without a target. Behind a prefill step it
+        also needs the launch times (`_fit_launch`, from the pairs behind decode steps): only a
+        step shorter than the launch can wait for it (a chain of 8,192-token chunks hides every
+        launch)."""
         fitted = hasattr(self, "c_dec")
         prev = None
         for r in self.rows:
             r["target"] = r["dur_us"] * 1e-6
             r["next_tokens"] = 0
-            if r["exposes_launch"] and prev is not None and prev["prefill_tokens"] == 0:
-                prev["next_tokens"] = r["prefill_tokens"] + r["decode_seqs"]
-                prev["wait_s"] = prev["dur_us"] * 1e-6
-                prev["target"] = None
-                r["target"] = (r["target"] + prev["wait_s"] - self._own(prev)) if fitted else None
+            r["charged_s"] = None
+            if r["prefill_behind"] and prev is not None:
+                if fitted and (prev["prefill_tokens"] == 0 or self.launch is not None):
+                    self._attribute_launch(prev, r)
+                elif prev["prefill_tokens"] == 0:
+                    prev["target"] = r["target"] = None
             prev = r
+
+    def _attribute_launch(self, prev: dict, r: dict) -> None:
+        """One pair: ``prev`` ran while ``r`` was launched. ``prev``'s time before any wait is
+        what the simulator charges it: its own, less the wait it was launched behind
+        (``charged_s``, when it was itself a launched step whose launch showed)."""
+        wait, ran = prev["dur_us"] * 1e-6, prev["charged_s"] or self._own(prev)
+        if wait <= LAUNCH_SHOWS * ran:
+            return  # the launch hid under the running step
+        if prev["prefill_tokens"] and ran >= self.launch_s(r["prefill_tokens"] + r["decode_seqs"]):
+            return  # a prefill step longer than the launch: it waited for something else
+        prev["next_tokens"] = r["prefill_tokens"] + r["decode_seqs"]
+        prev["wait_s"] = wait
+        prev["target"] = None
+        excess, own = wait - ran, self._own(r)
+        r["charged_s"] = max(own - excess, 0.2 * own)
+        r["target"] = r["target"] + excess if own - excess >= 0.2 * own else None
+
+    def _launched_pairs(self, rows: list[dict]) -> list[tuple[float, float]]:
+        """(charged, measured) seconds of each pair in ``rows`` whose launch showed: the
+        running step and the step launched behind it, charged as `SimulatedExecutor` does."""
+        out = []
+        for prev, r in zip(rows, rows[1:], strict=False):
+            if not prev["next_tokens"] or prev["burst"] or r["burst"]:
+                continue
+            ran = prev["charged_s"] or self._own(prev)
+            wait = max(0.0, self.launch_s(prev["next_tokens"]) - ran)
+            own = self._own(r)
+            out.append(
+                (ran + wait + max(own - wait, 0.2 * own), (prev["dur_us"] + r["dur_us"]) * 1e-6)
+            )
+        return out
 
     def _fit_launch(self, train: list[dict]) -> None:
         """Launch time of a step on the engine loop, per kind (within the largest CUDA graph:
         a graph replay; above it: eager inductor code, tens of ms): the median stamp interval
-        of decode steps whose outputs clearly waited for it (interval > 1.1 x their own
-        predicted time). Fewer than 3 such steps: 0 (nothing is charged)."""
+        of the steps whose outputs clearly waited for it (`_attribute`). Fewer than 3 such
+        steps: 0 (nothing is charged)."""
         waits: dict[bool, list[float]] = {True: [], False: []}
         for r in train:
-            if r["next_tokens"] and r["wait_s"] > 1.1 * self._own(r):
+            if r["next_tokens"]:
                 waits[self.padded(r["next_tokens"]) <= self.max_graph].append(r["wait_s"])
         self.launch = {k: float(np.median(v)) if len(v) >= 3 else 0.0 for k, v in waits.items()}
 
@@ -248,6 +304,8 @@ class EngineStepModel:
         energy model on the held-out scenarios' joules (or why there is none)."""
         test = [r for r in self.rows if r["split"] == "test" and _usable(r)]
         out = error_summary(self, test)
+        pairs = self._launched_pairs([r for r in self.rows if r["split"] == "test"])
+        out["launched_pairs"] = _abs_err_stats([c / m - 1 for c, m in pairs])
         out["energy"] = self.energy.heldout() if self.energy else self.energy_note
         return out
 
@@ -270,19 +328,23 @@ def error_summary(model, rows: list[dict]) -> dict:
     kind (decode-only vs with prefill)."""
 
     def stats(sel):
-        e = np.array([abs(model.predict_row(r) / r["target"] - 1) for r in sel])
-        if not len(e):
-            return {"steps": 0}
-        return {
-            "steps": len(e),
-            "median": float(np.median(e)),
-            "p95": float(np.percentile(e, 95)),
-            "max": float(e.max()),
-        }
+        return _abs_err_stats([model.predict_row(r) / r["target"] - 1 for r in sel])
 
     dec = [r for r in rows if r["prefill_tokens"] == 0]
     mix = [r for r in rows if r["prefill_tokens"] > 0]
     return {"all": stats(rows), "decode_only": stats(dec), "with_prefill": stats(mix)}
+
+
+def _abs_err_stats(errs: list[float]) -> dict:
+    e = np.abs(np.array(errs))
+    if not len(e):
+        return {"steps": 0}
+    return {
+        "steps": len(e),
+        "median": float(np.median(e)),
+        "p95": float(np.percentile(e, 95)),
+        "max": float(e.max()),
+    }
 
 
 def l1_fit(a: np.ndarray) -> np.ndarray:

@@ -148,6 +148,41 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+#: the columns of the README's condensed table
+SUMMARY = ("ttft_s.p50", "ttft_s.p95", "tpot_s.p50", "tpot_s.p95", "itl_s.p95", "itl_s.p99",
+           "e2e_s.p50", "e2e_s.p95", "throughput.output_tokens_per_s")  # fmt: skip
+
+
+def summary_table(results: dict) -> str:
+    """The README's table: nine metrics (sim / real ms, error), the case's median and max,
+    identical steps and the busy time charged on vLLM's own batches."""
+    heads = [m.replace("_s.", " ").replace("throughput.output_tokens_per_s", "out tok/s")
+             for m in SUMMARY]  # fmt: skip
+    lines = [
+        "| case | " + " | ".join(heads) + " | median | max | identical steps | busy time on "
+        "vLLM's batches |",
+        "|" + " --- |" * (len(SUMMARY) + 5),
+    ]
+    for case, r in results.items():
+        by = {m["metric"]: m for m in r["metrics"]}
+        cells = []
+        for name in SUMMARY:
+            m = by[name]
+            if name.startswith("throughput"):
+                cells.append(f"{m['err']:+.1%}")
+            else:
+                cells.append(f"{m['sim'] * 1e3:.1f} / {m['real'] * 1e3:.1f} ({m['err']:+.0%})")
+        sm = r["schedule_match"]
+        busy = (sm.get("step_model_on_real_batches") or {}).get("busy_time_err")
+        lines.append(
+            f"| {case} | "
+            + " | ".join(cells)
+            + f" | {r['median_abs_err']:.1%} | {r['max_abs_err']:.0%} | {sm['identical']:.1%} | "
+            + (f"{busy:+.1%} |" if busy is not None else "- |")
+        )
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("phase", choices=["arrivals", "report"])
@@ -160,6 +195,7 @@ def main() -> int:
     results = report(Path(a.real))
     (HERE / "report.json").write_text(json.dumps(results, indent=1))
     (HERE / "table.md").write_text(table(results) + "\n")
+    (HERE / "summary.md").write_text(summary_table(results) + "\n")
     return 0
 
 
