@@ -4,14 +4,18 @@ a few profiling scenarios and a short replay, recorded step by step, with the GP
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 vllm = pytest.importorskip("vllm")
 torch = pytest.importorskip("torch")
+REPO = Path(__file__).resolve().parents[1]
+
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
@@ -22,7 +26,6 @@ pytestmark = [
     "weights,kv", [("bf16", "bf16"), ("fp8", "fp8"), ("int4", "bf16")], ids=["bf16", "fp8", "int4"]
 )
 def test_profile_and_replay_are_recorded(tmp_path, weights, kv):
-    from profiles import vllm_run
     from profiles.gpu_energy import energy_between, read_energy
     from profiles.hf_config import write_model_dir
     from profiles.vllm_steps import read_steps
@@ -60,13 +63,20 @@ def test_profile_and_replay_are_recorded(tmp_path, weights, kv):
     }
     out = tmp_path / "run"
     out.mkdir()
-    asyncio.run(vllm_run.main_async(job, out))
+    # in a process of its own, as profiles/device_vllm.sh runs it: its serving environment
+    # (vllm_run.SERVE_ENV) and a frontend that has not touched CUDA, so the engine core is
+    # forked with the step recorder installed (a CUDA-initialised parent makes vLLM spawn)
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    cmd = [sys.executable, "-m", "profiles.vllm_run", str(tmp_path / "job.json"), "--out", str(out)]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     facts = json.loads((out / "engine.json").read_text())
     assert facts["vllm_version"].startswith("0.24")
     quant = facts["model"]["quantization"]
-    assert {"bf16": quant is None, "fp8": quant == "fp8", "int4": str(quant).startswith("gptq")}[
-        weights
-    ], quant
+    # int4: vLLM 0.24 serves the generated GPTQ config with its auto_gptq method (hf_config.py)
+    assert {"bf16": quant is None, "fp8": quant == "fp8", "int4": quant == "auto_gptq"}[weights], (
+        quant
+    )
     assert facts["cache"]["cache_dtype"] == ("auto" if kv == "bf16" else "fp8")
     energy = read_energy(out)
     assert energy["error"] is None and len(energy["t"]) > 10
