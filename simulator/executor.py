@@ -27,6 +27,11 @@ class StepExecutor(Protocol):
         ...
 
 
+#: the golden ratio's fractional part: ``frac(k * GOLDEN)`` is the most evenly spread sequence
+#: in (0, 1) (Weyl / Kronecker), used to draw launch times by quantile
+GOLDEN = 0.6180339887498949
+
+
 class SimulatedExecutor:
     """Charges each step its latency model's time.
 
@@ -34,8 +39,9 @@ class SimulatedExecutor:
     makes a step whose plan names the next step's tokens (``StepPlan.next_tokens``) last at
     least that long, since its outputs wait for the launch; the wait is taken back from the next
     step that carries prompt tokens, whose modelled time already includes it (the pair's total
-    is what the model was fitted on, `engine_steps`), down to a fifth of its time. One executor
-    per replica, so the carried wait is the replica's."""
+    is what the model was fitted on, `engine_steps`), down to a fifth of its time. Launch times
+    are drawn from the model's measured ones where it keeps them (`_launch`). One executor per
+    replica, so the carried wait and the launch count are the replica's."""
 
     can_precompute = True
 
@@ -48,12 +54,25 @@ class SimulatedExecutor:
             decode_run_times, latency.step_time
         )
         self.launch_s = getattr(latency, "launch_s", None)
+        self._launch_q = getattr(latency, "launch_quantile_s", None)
+        self._launches = 0  # launches drawn so far (`_launch`)
         frontend = getattr(latency, "frontend", None)
         #: an idle engine's wake before its first plan (`StepPlan.after_idle`)
         self.idle_plan_s = frontend.idle_plan_s if frontend else 0.0
         self._waited = 0.0
         #: the model prices the prefill chunks' cached prefix (MLA's up-projection of it)
         self.prefill_ctx = getattr(latency, "uses_prefill_ctx", False)
+
+    def _launch(self, tokens: int) -> float:
+        """This launch's time: with a model that keeps its measured launch times
+        (``launch_quantile_s``), the k-th launch takes their ``frac(k * golden ratio)``
+        quantile, a sequence that covers (0, 1) evenly from its first terms on, so a run's
+        launches spread as the measured ones did, deterministically and without a random
+        stream; else the model's ``launch_s``."""
+        if self._launch_q is None:
+            return self.launch_s(tokens)
+        self._launches += 1
+        return self._launch_q(tokens, (self._launches * GOLDEN) % 1.0)
 
     def execute(self, plan: StepPlan, replica: Replica, features: tuple) -> float:
         if self.prefill_ctx and plan.chunks:
@@ -65,7 +84,7 @@ class SimulatedExecutor:
                 t = max(t - self._waited, 0.2 * t)
             self._waited = 0.0
             if plan.next_tokens:
-                self._waited = max(0.0, self.launch_s(plan.next_tokens) - t)
+                self._waited = max(0.0, self._launch(plan.next_tokens) - t)
                 t += self._waited
         if plan.after_idle:
             t += self.idle_plan_s

@@ -410,6 +410,12 @@ def test_launch_time_is_the_median_wait_of_exposed_decode_steps(tmp_path):
     assert m.launch_s(3002) == pytest.approx(0.022)
     assert m.launch_s(100) == 0.0  # no graph-sized launches seen
     assert m.describe()["launch_s"]["eager"] == pytest.approx(0.022)
+    # the measured waits are kept whole: the executor draws launches by quantile
+    assert [m.launch_quantile_s(3002, u) for u in (0.0, 0.25, 1.0)] == pytest.approx(
+        [0.020, 0.021, 0.024]
+    )
+    assert m.launch_quantile_s(100, 0.9) == 0.0
+    assert m.describe()["launch_waits"]["eager"]["steps"] == 3
 
 
 def test_a_launch_shows_behind_a_short_prefill_step_and_hides_behind_a_long_one(tmp_path):

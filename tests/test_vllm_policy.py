@@ -210,3 +210,30 @@ def test_the_async_cutoff_counts_from_when_the_engine_saw_a_request():
     assert r[0].first_scheduled_s == pytest.approx(0.6)
     assert [round(row[1], 6) for row in reps[0].steps][:2] == [1.25, 1.0]
     assert r[1].first_scheduled_s == pytest.approx(3.85)
+
+
+class _SpreadLaunchModel(_LaunchModel):
+    """As `_LaunchModel`, but it keeps measured launch times: 2 s at quantile 0, 4 s at 1."""
+
+    def launch_quantile_s(self, tokens, u):
+        return 2.0 + 2.0 * u
+
+
+def test_launch_times_are_drawn_by_the_golden_ratio_sequence():
+    # the k-th launch takes the frac(k * 0.618...) quantile: 0.618 -> 3.236 s, then 0.236 ->
+    # 2.472 s. Same arrivals as the rule-7 case above plus r2 at 6: the decode step planned at
+    # 2 waits 3.236 s for r1's launch (2 -> 5.236), r1's prefill keeps a fifth (0.2 s); the
+    # decode step planned after r2 arrived waits 2.472 s for r2's.
+    from simulator.executor import GOLDEN
+
+    assert GOLDEN == pytest.approx((5**0.5 - 1) / 2)
+    reqs, reps, _ = run(
+        [spec(0, 4, 12), spec(1.5, 4, 1), spec(6.0, 4, 1)], "vllm", latency=_SpreadLaunchModel()
+    )
+    durations = [round(row[1], 6) for row in reps[0].steps]
+    assert durations[:4] == [1.0, 1.0, pytest.approx(3.236068), 0.2]
+    assert pytest.approx(2.472136) in durations[4:]
+    again, reps2, _ = run(
+        [spec(0, 4, 12), spec(1.5, 4, 1), spec(6.0, 4, 1)], "vllm", latency=_SpreadLaunchModel()
+    )
+    assert [row[1] for row in reps2[0].steps] == [row[1] for row in reps[0].steps]

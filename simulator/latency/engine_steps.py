@@ -217,18 +217,27 @@ class EngineStepModel:
 
     def _fit_launch(self, train: list[dict]) -> None:
         """Launch time of a step on the engine loop, per kind (within the largest CUDA graph:
-        a graph replay; above it: eager inductor code, tens of ms): the median stamp interval
-        of the steps whose outputs clearly waited for it (`_attribute`). Fewer than 3 such
-        steps: 0 (nothing is charged)."""
+        a graph replay; above it: eager inductor code, tens of ms): the stamp intervals of the
+        steps whose outputs clearly waited for it (`_attribute`), kept whole (``launch_waits``,
+        sorted: the host's spread is what makes token gaps spread) and as their median
+        (``launch``). Fewer than 3 such steps: 0 (nothing is charged)."""
         waits: dict[bool, list[float]] = {True: [], False: []}
         for r in train:
             if r["next_tokens"]:
                 waits[self.padded(r["next_tokens"]) <= self.max_graph].append(r["wait_s"])
-        self.launch = {k: float(np.median(v)) if len(v) >= 3 else 0.0 for k, v in waits.items()}
+        self.launch_waits = {
+            k: np.sort(v) if len(v) >= 3 else np.zeros(1) for k, v in waits.items()
+        }
+        self.launch = {k: float(np.median(v)) for k, v in self.launch_waits.items()}
 
     def launch_s(self, tokens: int) -> float:
         """Host time to launch a step of ``tokens`` tokens (`_fit_launch`)."""
         return self.launch[self.padded(tokens) <= self.max_graph]
+
+    def launch_quantile_s(self, tokens: int, u: float) -> float:
+        """The ``u``-quantile (0 <= u <= 1) of the measured launch times of a step of ``tokens``
+        tokens' kind (`_fit_launch`); `SimulatedExecutor` draws each launch this way."""
+        return float(np.quantile(self.launch_waits[self.padded(tokens) <= self.max_graph], u))
 
     def fit(self, train: list[dict]) -> None:
         """Non-negative median regression on relative error, each regime on its own steps."""
@@ -319,6 +328,17 @@ class EngineStepModel:
             "created_utc": self.meta.get("created_utc"),
             "fit": {"train_steps": self.train_steps, "train_steps_far_off": self.far_off},
             "launch_s": {"graph": self.launch[True], "eager": self.launch[False]},
+            "launch_waits": {
+                kind: {
+                    "steps": len(w),
+                    "p10": float(np.quantile(w, 0.1)),
+                    "p90": float(np.quantile(w, 0.9)),
+                }
+                for kind, w in (
+                    ("graph", self.launch_waits[True]),
+                    ("eager", self.launch_waits[False]),
+                )
+            },
             "frontend": self.meta.get("frontend") or "not measured",
         }
 
