@@ -29,6 +29,7 @@ from profiles.engine_jobs import job_precision
 from profiles.gpu_energy import energy_between, read_energy
 from profiles.vllm_table import step_rows
 from simulator.errors import ConfigError
+from simulator.latency.base import after_launch_wait
 from simulator.models import load_model
 from simulator.precision import Precision
 
@@ -302,7 +303,7 @@ def step_model_on_real_batches(latency, real: list[dict]) -> dict | None:
     for k, r in enumerate(real):
         t = predict(r)
         if waited and r["prefill_tokens"]:
-            t = max(t - waited, 0.2 * t)
+            t = after_launch_wait(t, waited)
         waited = 0.0
         nxt = real[k + 1] if k + 1 < len(real) else None
         if launch_s is not None and nxt is not None and nxt["prefill_behind"]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
-from simulator.latency.base import StepLatencyModel, decode_run_times
+from simulator.latency.base import StepLatencyModel, after_launch_wait, decode_run_times
 from simulator.plan import StepPlan
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ class SimulatedExecutor:
             t = self.step_time(*features)
         if self.launch_s is not None:
             if self._waited and plan.chunks:
-                t = max(t - self._waited, 0.2 * t)
+                t = after_launch_wait(t, self._waited)
             self._waited = 0.0
             if plan.next_tokens:
                 self._waited = max(0.0, self._launch(plan.next_tokens) - t)

@@ -63,6 +63,18 @@ class StepLatencyModel(Protocol):
         ...
 
 
+#: a step launched behind a shorter one gives back the time that one waited for its launch
+#: (the pair's total is what an engine-steps table measures), down to this fraction of its own
+#: time: the GPU work left once the launch returns
+LAUNCHED_STEP_KEEPS = 0.2
+
+
+def after_launch_wait(t: float, waited: float) -> float:
+    """Time of a step of own time ``t`` launched behind a step that waited ``waited`` seconds
+    for that launch (`SimulatedExecutor`, `engine_steps.EngineStepModel._attribute`)."""
+    return max(t - waited, LAUNCHED_STEP_KEEPS * t)
+
+
 def chunk_attn_pairs(chunk: int, context_before: int) -> float:
     """Causal (query, key) pairs of a prompt chunk of ``chunk`` tokens after ``context_before``."""
     return chunk * (context_before + (chunk + 1) / 2)

@@ -50,7 +50,7 @@ from scipy.optimize import linprog
 from simulator.energy import table_energy
 from simulator.errors import ConfigError
 from simulator.files import csv_records, load_yaml_file, read_text
-from simulator.latency.base import STEP_FEATURES
+from simulator.latency.base import LAUNCHED_STEP_KEEPS, STEP_FEATURES, after_launch_wait
 
 STEP_COLUMNS = [
     "step_id", "scenario", "split", *STEP_FEATURES, "after_idle", "burst", "prefill_behind",
@@ -117,8 +117,8 @@ class EngineStepModel:
         #: the steps' energy (`simulator.energy`), or None and why not (a TDP estimate then)
         self.energy, self.energy_note = table_energy(self.dir, self.meta, self.name, tp)
         # first without launched pairs; then the pairs behind decode steps as the fit says
-        # they ran, which gives the launch times; then also those behind prefill steps
-        self.launch: dict[bool, float] | None = None
+        # they ran (no launch time is known yet, so none behind a prefill step shows), which
+        # gives the launch times; then also those behind prefill steps
         for _ in range(3):
             self._attribute()
             self.fit([r for r in self.rows if r["split"] == "train" and _usable(r)])
@@ -178,7 +178,7 @@ class EngineStepModel:
             r["next_tokens"] = 0
             r["charged_s"] = None
             if r["prefill_behind"] and prev is not None:
-                if fitted and (prev["prefill_tokens"] == 0 or self.launch is not None):
+                if fitted:
                     self._attribute_launch(prev, r)
                 elif prev["prefill_tokens"] == 0:
                     prev["target"] = r["target"] = None
@@ -197,12 +197,13 @@ class EngineStepModel:
         prev["wait_s"] = wait
         prev["target"] = None
         excess, own = wait - ran, self._own(r)
-        r["charged_s"] = max(own - excess, 0.2 * own)
-        r["target"] = r["target"] + excess if own - excess >= 0.2 * own else None
+        r["charged_s"] = after_launch_wait(own, excess)
+        r["target"] = r["target"] + excess if own - excess >= LAUNCHED_STEP_KEEPS * own else None
 
     def _launched_pairs(self, rows: list[dict]) -> list[tuple[float, float]]:
         """(charged, measured) seconds of each pair in ``rows`` whose launch showed: the
-        running step and the step launched behind it, charged as `SimulatedExecutor` does."""
+        running step and the step launched behind it, charged as `SimulatedExecutor` does with
+        the median launch time (it draws each launch from the measured ones)."""
         out = []
         for prev, r in zip(rows, rows[1:], strict=False):
             if not prev["next_tokens"] or prev["burst"] or r["burst"]:
@@ -211,7 +212,7 @@ class EngineStepModel:
             wait = max(0.0, self.launch_s(prev["next_tokens"]) - ran)
             own = self._own(r)
             out.append(
-                (ran + wait + max(own - wait, 0.2 * own), (prev["dur_us"] + r["dur_us"]) * 1e-6)
+                (ran + wait + after_launch_wait(own, wait), (prev["dur_us"] + r["dur_us"]) * 1e-6)
             )
         return out
 
