@@ -3,6 +3,9 @@
     python validation/vllm-0.24/run_all.py arrivals          # CPU: arrivals + jobs (vjobs/)
     bash profiles/device_vllm.sh vjobs/h200_llama-3-8b_replay.json:h200_llama_replay  # GPU
     python validation/vllm-0.24/run_all.py report --real DIR # CPU: README table, report.json
+    python validation/vllm-0.24/run_all.py report --table h100/llama-3-8b=DIR --out DIR2
+                                                   # the same cases on another table (e.g. one
+                                                   # profiled on another machine), written to DIR2
 
 The real runs of one (GPU, model) pair live in ``real/<gpu>_<model>/`` (the job's output folder:
 ``<case>.json.gz`` per case and the engine's step log, gzipped). Nothing here is fitted: the
@@ -105,18 +108,23 @@ def make_jobs(out: Path) -> None:
         _profile_job(out, name, _engine_job(out, model, tp))
 
 
-def report(real_root: Path) -> dict:
-    """Every case whose real run is stored under ``real_root/<gpu>_<model>/``."""
+def report(real_root: Path, tables: dict[str, str] | None = None) -> dict:
+    """Every case whose real run is stored under ``real_root/<gpu>_<model>/``; ``tables`` maps
+    ``<gpu>/<model>`` to a table folder used instead of the shipped one (only those pairs run)."""
     out = {}
     for gpu, model in PAIRS:
         run = real_root / f"{gpu}_{model}"
-        if not run.is_dir():
+        pair = f"{gpu}/{model}"
+        if not run.is_dir() or (tables and pair not in tables):
             continue
         steps = read_steps(str(run / "steps.jsonl"))
         for trace, load, path in cases():
             if not (run / f"{trace}_{load}.json.gz").is_file():
                 continue
-            cfg = engine_jobs.experiment(path, case_overrides(trace, load, gpu, model))
+            over = case_overrides(trace, load, gpu, model)
+            if tables:
+                over.append(f"latency.table={Path(tables[pair]).resolve()}")
+            cfg = engine_jobs.experiment(path, over)
             phase = vllm_validate.load_phase(run / f"{trace}_{load}.json.gz")
             res = vllm_validate.report_case(cfg, path, phase, steps)
             out[f"{gpu}/{model}/{trace}_{load}"] = res
@@ -188,14 +196,27 @@ def main() -> int:
     ap.add_argument("phase", choices=["arrivals", "report"])
     ap.add_argument("--real", default=str(HERE / "real"), help="folder of the real runs")
     ap.add_argument("--jobs", default=str(ROOT / "vjobs"), help="folder for jobs (arrivals)")
+    ap.add_argument(
+        "--table", action="append", default=[], metavar="GPU/MODEL=DIR",
+        help="report: this pair on the table in DIR instead of the shipped one (repeatable)",
+    )  # fmt: skip
+    ap.add_argument("--out", default=str(HERE), help="report: folder for report.json etc.")
     a = ap.parse_args()
     if a.phase == "arrivals":
         make_jobs(Path(a.jobs))
         return 0
-    results = report(Path(a.real))
-    (HERE / "report.json").write_text(json.dumps(results, indent=1))
-    (HERE / "table.md").write_text(table(results) + "\n")
-    (HERE / "summary.md").write_text(summary_table(results) + "\n")
+    tables = {}
+    for spec in a.table:
+        pair, sep, folder = spec.partition("=")
+        if not sep or pair.count("/") != 1 or not folder:
+            ap.error(f"--table {spec!r}: expected GPU/MODEL=DIR (e.g. h100/llama-3-8b=/tmp/t)")
+        tables[pair] = folder
+    results = report(Path(a.real), tables)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(results, indent=1))
+    (out / "table.md").write_text(table(results) + "\n")
+    (out / "summary.md").write_text(summary_table(results) + "\n")
     return 0
 
 
