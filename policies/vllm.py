@@ -100,7 +100,9 @@ class Vllm(ChunkedPrefill):
         idle = self._running_since is None
         plan = self._plan(replica, now, cutoff, idle)
         if plan is IDLE and cutoff < now:
-            plan = self._plan(replica, now, now, True)  # nothing else to run: plan it at once
+            # nothing else to run: plan it at once (the request is already in the input queue,
+            # so the loop does not block and wake: not an idle plan)
+            plan = self._plan(replica, now, now, False)
         self._running_since = None if plan is IDLE else now
         return plan
 
