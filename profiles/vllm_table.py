@@ -156,6 +156,8 @@ def frontend_delays(phase: dict, steps: list[dict]) -> dict:
       (its loop wakes from a blocking wait): ``idle_plan_s`` is the single-request prefill
       scenarios' median submit-to-plan time less ``input_s``, charged to a step planned on an
       idle engine (`StepPlan.after_idle`).
+      A per-prompt-token term (``input_s_per_token``, which `Frontend` can charge) is not
+      resolved by these bounds (a plan every 5-40 ms): it is written as 0.
     * output: client receipt of the first token less the completion of its step, median over
       the single-request prefill scenarios."""
     outs, idle = [], []
