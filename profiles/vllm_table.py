@@ -150,8 +150,8 @@ def frontend_delays(phase: dict, steps: list[dict]) -> dict:
     * input: a request submitted at ``t`` is first seen by the plan at or after ``t + input_s``
       (the frontend's input processing and the hop into the engine core). Measured on the
       prompts injected into a running engine (``inj`` requests), where every plan is a chance
-      to see them: each bounds ``input_s`` from below by the plan before its first step and
-      from above by that first step's plan, and ``input_s`` is the middle of the range that
+      to see them: each bounds ``input_s`` between two step completions, on the clock the
+      simulator plans by (`_input_bounds`), and ``input_s`` is the middle of the range that
       the fewest bounds contradict (`_busy_input_s`). An idle engine's first plan comes later
       (its loop wakes from a blocking wait): ``idle_plan_s`` is the single-request prefill
       scenarios' median submit-to-plan time less ``input_s``, charged to a step planned on an
