@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import yaml
 
@@ -531,3 +532,14 @@ def test_arrivals_are_submitted_without_waiting_for_each_other():
     # all three started before the first ended: arrivals overlap, as in serving
     assert [e[0] for e in client.log[:3]] == ["start"] * 3
     assert len(client.log) == 6
+
+
+def test_sorted_quantile_is_numpys_default_quantile_bit_for_bit():
+    from simulator.latency.engine_steps import sorted_quantile
+
+    rng = random.Random(3)
+    for n in (1, 2, 3, 7, 40):
+        values = sorted(rng.lognormvariate(-3.5, 0.6) for _ in range(n))
+        for k in range(200):
+            u = 0.0 if k == 0 else 1.0 if k == 1 else (k * 0.6180339887498949) % 1.0
+            assert sorted_quantile(values, u) == float(np.quantile(values, u))
