@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from itertools import chain
 
-from simulator.kv.pool import BlockPool
+from simulator.kv.layered import LayerGroupPool
 from simulator.kv.prefix import ContentKeyCache
 from simulator.request import Request
 from simulator.served import KVPool, WindowedReads
@@ -58,7 +58,7 @@ class _Held:
         self.registered = 0
 
 
-class HybridPrefixCachingAllocator(ContentKeyCache, BlockPool):
+class HybridPrefixCachingAllocator(ContentKeyCache, LayerGroupPool):
     kind = "paged+prefix"
     #: growth goes one request at a time through `extend` (it registers and frees blocks)
     extend_group = None
@@ -73,15 +73,9 @@ class HybridPrefixCachingAllocator(ContentKeyCache, BlockPool):
         shared_prefix_tokens: int = 0,
         hash_block_tokens: int = 512,
     ):
-        super().__init__(num_blocks, block_size)
-        if any(s.block_size != block_size for s, _ in pool.groups):
-            raise ValueError("pool specs must use the allocator's block_size")
+        super().__init__(num_blocks, block_size, pool, reads)
         self._init_content_keys(num_blocks, block_size, shared_prefix_tokens, hash_block_tokens)
-        self.pool = pool
-        self.groups = pool.groups
-        #: keys-read features of the model (the replica computes step features through it)
-        self.reads = reads
-        self._state: dict[int, _Held] = {}
+        # ``_state`` (`LayerGroupPool`): request id -> `_Held`
         #: (group, content key) -> how many of the row's blocks are cached (a hit at ``m``)
         self._full_rows: dict = {}
         self._version = 0  # bumped whenever a key enters or leaves the map

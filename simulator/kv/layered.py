@@ -26,10 +26,10 @@ from simulator.request import Request
 from simulator.served import KVPool, WindowedReads
 
 
-class LayeredPagedAllocator(BlockPool):
-    kind = "paged"
-    #: growth goes one request at a time through `extend` (a row may free blocks as it takes)
-    extend_group = None
+class LayerGroupPool(BlockPool):
+    """A block pool whose rows serve a model's layer groups (``pool``, `KVPool`), with the
+    model's keys-read features (the replica computes step features through them): what the
+    layered allocator and its prefix-caching twin (`HybridPrefixCachingAllocator`) share."""
 
     def __init__(
         self,
@@ -44,9 +44,17 @@ class LayeredPagedAllocator(BlockPool):
             raise ValueError("pool specs must use the allocator's block_size")
         self.pool = pool
         self.groups = pool.groups
-        #: keys-read features of the model (the replica computes step features through it)
         self.reads = reads
-        self._state: dict[int, list[int]] = {}  # req.id -> [rows, freed rows per group...]
+        #: per request (by id) what it holds in each group; its form is the subclass's
+        self._state: dict = {}
+
+
+class LayeredPagedAllocator(LayerGroupPool):
+    kind = "paged"
+    #: growth goes one request at a time through `extend` (a row may free blocks as it takes)
+    extend_group = None
+
+    #: ``_state``: req.id -> [rows, freed rows per group...]
 
     def _plan(self, req: Request, rows: int, at: int) -> tuple[int, int, list[int]]:
         """(blocks to take, blocks to return, new state) to cover ``rows`` rows when the next
