@@ -208,12 +208,10 @@ def _busy_input_s(bounds: list[tuple[float, float]]) -> tuple[float, int]:
     above it, an upper bound below it), and how many do."""
     cands = sorted({max(lo, 0.0) for lo, _ in bounds} | {hi for _, hi in bounds if hi > 0})
 
-    def bad(d: float) -> int:
-        return sum(lo >= d or hi < d for lo, hi in bounds)
-
     mids = [(a + b) / 2 for a, b in zip(cands, cands[1:], strict=False)] or cands
-    best = min(bad(d) for d in mids)
-    good = [d for d in mids if bad(d) == best]
+    bad = [sum(lo >= d or hi < d for lo, hi in bounds) for d in mids]
+    best = min(bad)
+    good = [d for d, n in zip(mids, bad, strict=True) if n == best]
     return (min(good) + max(good)) / 2, best
 
 
