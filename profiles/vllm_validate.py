@@ -299,28 +299,28 @@ def step_model_on_real_batches(latency, real: list[dict]) -> dict | None:
     if predict is None:
         return None
     launch_s = getattr(latency, "launch_s", None)
-    charged, waited = [], 0.0
+    busy, waited = [], 0.0  # (row, predicted, charged) of the busy steps
     for k, r in enumerate(real):
-        t = predict(r)
+        t = own = predict(r)
         if waited and r["prefill_tokens"]:
             t = after_launch_wait(t, waited)
         waited = 0.0
         nxt = real[k + 1] if k + 1 < len(real) else None
         if launch_s is not None and nxt is not None and nxt["prefill_behind"]:
             waited = max(0.0, launch_s(nxt["prefill_tokens"] + nxt["decode_seqs"]) - t)
-        charged.append(t + waited)
-    busy = [(r, c) for r, c in zip(real, charged, strict=True) if not r["after_idle"]]
+        if not r["after_idle"]:
+            busy.append((r, own, t + waited))
     if not busy:
         return None
-    meas = sum(r["dur_us"] for r, _ in busy) * 1e-6
+    meas = sum(r["dur_us"] for r, _, _ in busy) * 1e-6
     clean = [
-        predict(r) / (r["dur_us"] * 1e-6) - 1
-        for k, (r, _) in enumerate(busy)
+        own / (r["dur_us"] * 1e-6) - 1
+        for k, (r, own, _) in enumerate(busy)
         if r["prefill_tokens"] == 0 and not (k + 1 < len(busy) and busy[k + 1][0]["prefill_behind"])
     ]
     return {
         "busy_steps": len(busy),
-        "busy_time_err": sum(c for _, c in busy) / meas - 1,
+        "busy_time_err": sum(c for _, _, c in busy) / meas - 1,
         "clean_decode_steps": len(clean),
         "clean_decode_median_err": float(np.median(clean)) if clean else None,
         "clean_decode_p95_abs_err": float(np.percentile(np.abs(clean), 95)) if clean else None,
