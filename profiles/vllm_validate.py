@@ -29,6 +29,7 @@ from profiles.engine_jobs import job_precision
 from profiles.gpu_energy import energy_between, read_energy
 from profiles.vllm_table import step_rows
 from simulator.errors import ConfigError
+from simulator.executor import idle_wake_s
 from simulator.latency.base import after_launch_wait
 from simulator.models import load_model
 from simulator.precision import Precision
@@ -240,8 +241,7 @@ class ReplayExecutor:
         self.durations = durations
         self.latency = latency
         self.k = 0
-        frontend = getattr(latency, "frontend", None)
-        self.idle_plan_s = frontend.idle_plan_s if frontend else 0.0
+        self.idle_plan_s = idle_wake_s(latency)
 
     def execute(self, plan, replica, features: tuple) -> float:
         k, self.k = self.k, self.k + 1

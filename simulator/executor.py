@@ -56,9 +56,8 @@ class SimulatedExecutor:
         self.launch_s = getattr(latency, "launch_s", None)
         self._launch_q = getattr(latency, "launch_quantile_s", None)
         self._launches = 0  # launches drawn so far (`_launch`)
-        frontend = getattr(latency, "frontend", None)
         #: an idle engine's wake before its first plan (`StepPlan.after_idle`)
-        self.idle_plan_s = frontend.idle_plan_s if frontend else 0.0
+        self.idle_plan_s = idle_wake_s(latency)
         self._waited = 0.0
         #: the model prices the prefill chunks' cached prefix (MLA's up-projection of it)
         self.prefill_ctx = getattr(latency, "uses_prefill_ctx", False)
@@ -89,6 +88,13 @@ class SimulatedExecutor:
         if plan.after_idle:
             t += self.idle_plan_s
         return t + plan.extra_s
+
+
+def idle_wake_s(latency) -> float:
+    """An idle engine's wake before its first plan, from a model with a measured serving path
+    (``frontend``, `engine_steps.Frontend.idle_plan_s`); 0 for any other model."""
+    frontend = getattr(latency, "frontend", None)
+    return frontend.idle_plan_s if frontend else 0.0
 
 
 def prefill_context(plan: StepPlan) -> int:
