@@ -7,7 +7,8 @@ What moves, and why each file is kept:
   reads the weights it loaded and the kernels it selected from the log);
 * ``steps.jsonl.<pid>`` of every engine-core process -> one ``steps.jsonl.0.gz``, rows in
   completion order (`read_steps` reads either form);
-* ``energy.<pid>.jsonl`` -> ``energy.json.gz``, the merged record `read_energy` returns;
+* ``energy.<pid>.jsonl`` -> ``energy.json.gz``, the merged record `read_energy` returns
+  (``--energy-gpus``: only the GPUs the engine ran on, for a run that read every GPU);
 * a profile phase -> ``profile.json.gz``; a run cut short keeps the scenarios it finished and
   says so (``cut_short: true``), so a table built from it can report its missing scenarios;
 * a replay's per-case ``<case>.json.gz`` files, unchanged.
@@ -24,7 +25,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from profiles.gpu_energy import read_energy
+from profiles.gpu_energy import NvmlError, keep_devices, read_energy
 from profiles.vllm_steps import read_steps
 from profiles.vllm_table import load_profile_phase
 from simulator.errors import ConfigError
@@ -35,8 +36,9 @@ def _write_gz_json(path: Path, obj) -> None:
         json.dump(obj, f)
 
 
-def archive(run_dir: Path, dest: Path) -> list[str]:
-    """Copy ``run_dir``'s run into ``dest`` (created); returns the names written."""
+def archive(run_dir: Path, dest: Path, energy_gpus: list[int] | None = None) -> list[str]:
+    """Copy ``run_dir``'s run into ``dest`` (created); returns the names written.
+    ``energy_gpus``: keep only these GPUs' energy counters (`gpu_energy.keep_devices`)."""
     run_dir, dest = Path(run_dir), Path(dest)
     if not (run_dir / "engine.json").is_file():
         raise ConfigError(
@@ -59,6 +61,11 @@ def archive(run_dir: Path, dest: Path) -> list[str]:
         f.writelines(json.dumps(r) + "\n" for r in steps)
     written.append("steps.jsonl.0.gz")
     energy = read_energy(run_dir)
+    if energy is not None and energy_gpus is not None:
+        try:
+            energy = keep_devices(energy, energy_gpus, f"archive_run --energy-gpus {energy_gpus}")
+        except NvmlError as e:
+            raise ConfigError(str(run_dir / "energy.*.jsonl"), "devices", str(e)) from None
     if energy is not None:
         _write_gz_json(dest / "energy.json.gz", energy)
         written.append("energy.json.gz")
@@ -76,14 +83,29 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dir", type=Path)
     ap.add_argument("dest", type=Path)
+    ap.add_argument(
+        "--energy-gpus",
+        help="comma-separated NVML indices of the GPUs the engine ran on, for a run whose "
+        "energy sampler read every GPU of the host (recorded before it read CUDA_VISIBLE_DEVICES)",
+    )
     args = ap.parse_args(argv)
     try:
-        names = archive(args.run_dir, args.dest)
+        gpus = _gpu_list(args.energy_gpus)
+        names = archive(args.run_dir, args.dest, gpus)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"{args.dest}: {', '.join(names)}")
     return 0
+
+
+def _gpu_list(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    parts = [x.strip() for x in text.split(",")]
+    if not all(x.isdigit() for x in parts):
+        raise ConfigError("--energy-gpus", "value", f"expected indices like 0 or 0,1, got {text!r}")
+    return [int(x) for x in parts]
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ if [ ! -d $VL/site/vllm ]; then
     && rm -f all.tar vllm-trim.tar.xz) || { echo "vllm install failed"; exit 3; }
 fi
 export PYTHONPATH=$VL/site:$PWD PYTHONUNBUFFERED=1
+# NVLink multicast off on shared multi-GPU hosts (profiles/vllm_run.py forces the same)
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)" || exit 4
 for spec in "$@"; do
   job=${spec%%:*}; name=${spec##*:}; dir=/tmp/runs/$name

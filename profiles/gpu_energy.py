@@ -6,7 +6,8 @@ driver refreshes its power readings (and ``power.draw`` is a 1 s average on Hopp
 the driver, so the energy of any window of a second or more (one profiling scenario, one
 replayed case) is the difference of two readings, whatever the power did inside it.
 
-`EnergySampler` reads every visible GPU's counter every ``period_s`` on a daemon thread and
+`EnergySampler` reads the counter of every GPU the engine can see (``CUDA_VISIBLE_DEVICES``:
+NVML itself sees every GPU of the host) every ``period_s`` on a daemon thread and
 appends ``[monotonic_s, [mJ per GPU]]`` lines to a file; `read_energy` gathers them and
 `energy_between` interpolates the counter at both ends of a window. Calls NVML through ctypes
 (``libnvidia-ml.so.1`` ships with every NVIDIA driver), so nothing needs installing on a GPU
@@ -19,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import gzip
 import json
+import os
 import threading
 import time
 from bisect import bisect_left
@@ -29,8 +31,25 @@ class NvmlError(RuntimeError):
     pass
 
 
+def visible_devices(env: str | None, count: int) -> list[int]:
+    """NVML indices of the GPUs ``CUDA_VISIBLE_DEVICES`` (``env``) leaves visible, of ``count``
+    on the host: all when unset; comma-separated indices otherwise (CUDA and NVML number
+    identical GPUs of one host alike, by PCI bus). GPU UUIDs or an index out of range are an
+    error: a run must not charge one GPU's engine with another GPU's energy."""
+    if env is None:
+        return list(range(count))
+    out = []
+    for part in (x.strip() for x in env.split(",") if x.strip()):
+        if not part.isdigit() or int(part) >= count:
+            raise NvmlError(
+                f"CUDA_VISIBLE_DEVICES={env!r}: expected indices below {count} (this host's GPUs)"
+            )
+        out.append(int(part))
+    return out
+
+
 class _Nvml:
-    """The four NVML calls this module needs."""
+    """The four NVML calls this module needs, on the GPUs ``CUDA_VISIBLE_DEVICES`` leaves."""
 
     def __init__(self) -> None:
         try:
@@ -40,8 +59,9 @@ class _Nvml:
         self._check(self.lib.nvmlInit_v2(), "nvmlInit_v2")
         n = ctypes.c_uint()
         self._check(self.lib.nvmlDeviceGetCount_v2(ctypes.byref(n)), "nvmlDeviceGetCount_v2")
+        self.devices = visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), n.value)
         self.handles = []
-        for i in range(n.value):
+        for i in self.devices:
             h = ctypes.c_void_p()
             self._check(
                 self.lib.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(h)), "GetHandleByIndex"
@@ -66,7 +86,7 @@ class _Nvml:
 
 
 class EnergySampler:
-    """Samples the cumulative energy counters of all visible GPUs on a background thread and
+    """Samples the cumulative energy counters of the engine's GPUs on a background thread and
     appends them to ``path`` (JSON lines, flushed about every second), so a process killed
     mid-run leaves its readings; `read_energy` merges the files of every process of a run.
 
@@ -87,7 +107,10 @@ class EnergySampler:
             self._nvml = _Nvml()
         except NvmlError as e:
             self._nvml, self.error = None, str(e)
-        self._write([{"source": SOURCE, "period_s": period_s, "error": self.error}])
+        devices = self._nvml.devices if self._nvml is not None else None
+        self._write(
+            [{"source": SOURCE, "period_s": period_s, "error": self.error, "devices": devices}]
+        )
 
     def _write(self, objs: list) -> None:
         with self._lock:
@@ -156,6 +179,22 @@ def read_energy(folder: Path) -> dict | None:
     samples.sort(key=lambda x: x[0])
     rec["t"], rec["mj"] = [x[0] for x in samples], [x[1] for x in samples]
     return rec
+
+
+def keep_devices(record: dict, keep: list[int], why: str) -> dict:
+    """``record`` with only the counters of NVML GPUs ``keep`` (for a run whose sampler read
+    GPUs its engine did not use: runs recorded before the sampler read ``CUDA_VISIBLE_DEVICES``
+    read all of the host's). ``why`` is kept in the record."""
+    had = record.get("devices") or list(range(len(record["mj"][0]) if record["mj"] else 0))
+    if not keep or any(k not in had for k in keep):
+        raise NvmlError(f"GPUs {keep} to keep: expected some of the record's {had}")
+    cols = [had.index(k) for k in keep]
+    return {
+        **record,
+        "mj": [[row[c] for c in cols] for row in record["mj"]],
+        "devices": keep,
+        "devices_kept": why,
+    }
 
 
 def energy_between(record: dict, t0: float, t1: float) -> float | None:

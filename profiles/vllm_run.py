@@ -49,6 +49,27 @@ SERVE_ENV = {
     "VLLM_USE_FLASHINFER_SAMPLER": "0",
     "VLLM_WORKER_MULTIPROC_METHOD": "fork",
 }
+#: NVLink multicast stays off on shared multi-GPU hosts (a program using it can take the host's
+#: GPUs out of service): NCCL's NVLS, torch's symmetric-memory multicast, NVSHMEM's. These are
+#: forced, not defaults a caller may override.
+MULTICAST_OFF = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+#: vLLM's symmetric-memory all-reduce runs ``multimem`` (multicast) at these TP sizes on Hopper
+#: (vllm/distributed/device_communicators/symm_mem.py, ``_WORLD_SIZES_MULTIMEM["9.0"]``); there
+#: it is turned off and the engine config records it. At TP2 it is two-shot and stays on.
+MULTIMEM_TP = (4, 6, 8)
+
+
+def serve_env(tp: int) -> dict[str, str]:
+    """The environment a job's engine runs in (set before vLLM is imported)."""
+    env = {k: os.environ.get(k, v) for k, v in SERVE_ENV.items()}
+    env.update(MULTICAST_OFF)
+    if tp in MULTIMEM_TP:
+        env["VLLM_ALLREDUCE_USE_SYMM_MEM"] = "0"
+    return env
 
 
 def start_engine(model_dir: str, tp: int, overrides: dict):
@@ -248,6 +269,7 @@ async def main_async(job: dict, out: Path) -> None:
     engine = start_engine(job["model_dir"], job.get("tp", 1), {**args, **job.get("engine", {})})
     facts = engine_facts(engine)
     facts["job"], facts["precision"] = job, prec
+    facts["env"] = serve_env(job.get("tp", 1))
     (out / "engine.json").write_text(json.dumps(facts, indent=1))
     print(json.dumps(facts), flush=True)
     vocab = model_cfg["vocab_size"]
@@ -285,11 +307,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("job", help="job JSON: model_dir, tp, engine overrides, phases")
     ap.add_argument("--out", required=True, help="folder for engine.json, steps, phases")
     a = ap.parse_args(argv)
-    for k, v in SERVE_ENV.items():
-        os.environ.setdefault(k, v)
+    job = json.loads(Path(a.job).read_text())
+    os.environ.update(serve_env(job.get("tp", 1)))
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    job = json.loads(Path(a.job).read_text())
     asyncio.run(main_async(job, out))
     return 0
 

@@ -122,8 +122,9 @@ def label(rows: list[dict], scenarios: list[dict], bursts: dict[str, float]):
 
 def flag_early_stamps(rows: list[dict], served, gpu) -> int:
     """Tag ``burst = 4`` on a step whose interval is shorter than the GPU can physically run it
-    (its FLOPs at the datasheet's dense peak for its GEMM dtype, or its weight and KV bytes at
-    the datasheet's HBM bandwidth), and on the step before it; returns how many were tagged.
+    (its FLOPs per GPU at the datasheet's dense peak for its GEMM dtype, or one GPU's share of
+    the weight and KV bytes at the datasheet's HBM bandwidth), and on the step before it;
+    returns how many were tagged.
 
     Why: the engine core stamps a step when it processes that step's output. Seen on H200: in
     a run of 8k-token prefill steps (~190 ms each), one step stamped 387 ms after the previous
@@ -135,7 +136,9 @@ def flag_early_stamps(rows: list[dict], served, gpu) -> int:
     for prev, r in zip([None, *rows], rows, strict=False):
         tokens = r["prefill_tokens"] + r["decode_seqs"]
         flops = served.step_flops(tokens, r["decode_ctx"] + r["prefill_attn"])
-        nbytes = served.step_min_bytes(1, r["decode_ctx"] + tokens)
+        # the group's bytes split over its GPUs (a lower bound on any one GPU's share, also
+        # where KV heads are replicated): a TP2 70B decode reads 70 GB per GPU, not 140
+        nbytes = served.step_min_bytes(1, r["decode_ctx"] + tokens) / served.tp
         if r["dur_us"] / 1e6 < max(flops / peak, nbytes / gpu.hbm_bandwidth):
             for x in (prev, r):
                 if x is not None and x.get("burst") != 4:
@@ -274,14 +277,19 @@ def _write_energy(run_dir: Path, out_dir: Path, phase: dict, rows: list[dict]) -
 
 
 def _kernels(run_dir: Path) -> dict:
-    """The kernels vLLM's log says it selected: linear layers (by quantization method) and the
-    attention backend. A method whose choice the log does not print is absent."""
+    """The kernels vLLM's log says it selected: linear layers (by quantization method), the
+    attention backend and, at TP > 1, the all-reduce backends in dispatch order (on a host with
+    NVLink multicast off vLLM drops its symmetric-memory all-reduce and says so). A method whose
+    choice the log does not print is absent."""
     log = run_dir / "log.txt"
     text = log.read_text(errors="replace") if log.is_file() else ""
     found = {m.group(2): m.group(1) for m in _LINEAR_KERNEL.finditer(text)}
     backend = _ATTENTION_BACKEND.search(text)
     if backend:
         found["attention"] = backend.group(1)
+    allreduce = _ALLREDUCE_BACKENDS.search(text)
+    if allreduce:
+        found["all_reduce"] = allreduce.group(1).replace("'", "").replace(" ", "")
     return found
 
 
@@ -289,6 +297,8 @@ def _kernels(run_dir: Path) -> dict:
 _LINEAR_KERNEL = re.compile(r"(?:Selected|Using) (\w+Kernel) for (\w+)")
 #: "Using FLASH_ATTN attention backend out of potential backends: [...]"
 _ATTENTION_BACKEND = re.compile(r"Using (\w+) attention backend")
+#: "Using ['CUSTOM', 'PYNCCL'] all-reduce backends (in dispatch order) for group 'tp:0' ..."
+_ALLREDUCE_BACKENDS = re.compile(r"Using \[([^\]]*)\] all-reduce backends")
 
 
 #: "Model loading took 14.96 GiB and 1.98 seconds"

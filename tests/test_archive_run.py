@@ -9,7 +9,7 @@ import json
 import pytest
 
 from profiles.archive_run import archive
-from profiles.gpu_energy import read_energy
+from profiles.gpu_energy import NvmlError, read_energy, visible_devices
 from profiles.vllm_steps import read_steps
 from profiles.vllm_table import load_profile_phase
 from profiles.vllm_validate import step_model_on_real_batches
@@ -51,6 +51,27 @@ def test_a_cut_short_run_is_archived_whole(tmp_path):
     assert energy["t"] == [0.5, 1.5] and energy["mj"] == [[100], [900]]
     phase = load_profile_phase(dest)
     assert phase["cut_short"] is True and [s["id"] for s in phase["scenarios"]] == ["dec_b1"]
+
+
+def test_energy_of_gpus_the_engine_did_not_use_is_dropped(tmp_path):
+    run = _run(tmp_path, cut_short=False)
+    # a sampler that read both GPUs of a host while the engine ran on GPU 0 (busy) alone
+    (run / "energy.7.jsonl").write_text('{"period_s": 0.02}\n[0.5, [100, 50]]\n[1.5, [900, 60]]\n')
+    archive(run, tmp_path / "raw", energy_gpus=[0])
+    energy = read_energy(tmp_path / "raw")
+    assert energy["mj"] == [[100], [900]] and energy["devices"] == [0]
+    assert "--energy-gpus" in energy["devices_kept"]
+    with pytest.raises(ConfigError, match="expected some of the record's"):
+        archive(run, tmp_path / "raw2", energy_gpus=[2])
+
+
+def test_the_sampler_reads_only_the_visible_gpus():
+    assert visible_devices(None, 2) == [0, 1]
+    assert visible_devices("1", 2) == [1]
+    assert visible_devices("0, 1", 4) == [0, 1]
+    for bad in ("2", "GPU-5f0c", "-1"):
+        with pytest.raises(NvmlError, match="CUDA_VISIBLE_DEVICES"):
+            visible_devices(bad, 2)
 
 
 def test_a_replay_has_no_profile_phase(tmp_path):

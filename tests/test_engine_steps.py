@@ -265,6 +265,29 @@ def test_shipped_vllm_tables_load_and_decode_meets_the_floor(gpu, model):
     assert h["all"]["median"] <= 0.05
 
 
+def test_shipped_tp2_table_meets_the_floor_and_is_picked_at_tp2():
+    """Llama-3-70B at TP2 through vLLM on 2x H200 (custom all-reduce over NVLink, NVLS off)."""
+    from simulator.runner import build
+
+    d = REPO / "profiles" / "h200" / "vllm-0.24" / "llama-3-70b_tp2"
+    m = EngineStepModel(d, "llama-3-70b", 2)
+    h = m.heldout()
+    assert h["decode_only"]["steps"] > 300
+    assert h["all"]["median"] <= 0.05 and h["all"]["p95"] <= 0.10
+    with pytest.raises(ConfigError, match="at tp 2"):
+        EngineStepModel(d, "llama-3-70b", 1)
+    cfg = _cfg("vllm", "llama-3-70b")
+    cfg["hardware"]["tp"] = 2
+    assert build(cfg, str(REPO / "t.yaml"), REPO).latency.name == (
+        "engine:vllm-0.24.0/h200/llama-3-70b_tp2"
+    )
+    # fp8 weights + fp8 KV: its own tables at TP2 and at TP1 (70 GB of weights fit one H200)
+    cfg["model"] = {"base": "llama-3-70b", "weights": "fp8", "kv_cache_dtype": "fp8"}
+    assert build(cfg, str(REPO / "t.yaml"), REPO).latency.dir.name == "llama-3-70b_fp8_tp2"
+    cfg["hardware"]["tp"] = 1
+    assert build(cfg, str(REPO / "t.yaml"), REPO).latency.dir.name == "llama-3-70b_fp8_tp1"
+
+
 def _cfg(policy, model="llama-3-8b"):
     from tests.policy_kit import config
 

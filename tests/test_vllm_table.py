@@ -69,6 +69,12 @@ def test_a_step_faster_than_the_gpu_marks_itself_and_the_step_before():
     # a decode step must at least read the weights (16 GB / 4.8 TB/s = 3.3 ms)
     rows = [_row(5.0), _row(2.0), _row(5.0)]
     assert vllm_table.flag_early_stamps(rows, served, gpu) == 2
+    # at TP2 each GPU reads half of a 70B model's 141 GB: 14.7 ms, so a 21 ms decode is a step
+    # (the whole group's bytes on one GPU's bandwidth, 29 ms, flagged every TP2 decode step)
+    tp2 = ShardedModel(MODELS["llama-3-70b"], 2)
+    rows = [_row(21.0), _row(21.0), _row(12.0)]
+    assert vllm_table.flag_early_stamps(rows, tp2, gpu) == 2
+    assert [r["burst"] for r in rows] == [0, 4, 4]
 
 
 def test_precision_becomes_checkpoint_config_and_engine_args():
@@ -102,10 +108,13 @@ def test_kernels_are_read_from_the_log(tmp_path):
         "INFO Selected CutlassFP8ScaledMMLinearKernel for Fp8LinearMethod\n"
         "INFO Using FLASH_ATTN attention backend out of potential backends: ['FLASH_ATTN']\n"
         "WARNING Using None for EOS token id because tokenizer is not initialized\n"
+        "(Worker pid=984) INFO [cuda_communicator.py:245] Using ['CUSTOM', 'PYNCCL'] all-reduce "
+        "backends (in dispatch order) for group 'tp:0' out of potential backends: ['SYMM_MEM']\n"
     )
     assert vllm_table._kernels(tmp_path) == {
         "Fp8LinearMethod": "CutlassFP8ScaledMMLinearKernel",
         "attention": "FLASH_ATTN",
+        "all_reduce": "CUSTOM,PYNCCL",
     }
 
 
