@@ -227,11 +227,8 @@ def fallback_warnings(unit: dict, rec: dict) -> list[str]:
     latency = unit.get("latency") if isinstance(unit.get("latency"), dict) else {}
     if latency.get("model", "auto") != "auto" or rec["latency_model"] != "roofline":
         return []
-    if rec["precision"] != "bf16":
-        return [f"{rec['precision']} units use the roofline model: no step-latency table is "
-                "measured at that precision (the shipped tables are bf16)"]  # fmt: skip
-    return [f"{rec['gpu']} bf16 units use the roofline model: no table is shipped for this GPU, "
-            "model and TP"]  # fmt: skip
+    return [f"{rec['gpu']} {rec['precision']} units use the roofline model: no table is shipped "
+            "for this GPU, model, TP and precision"]  # fmt: skip
 
 
 def precision(model) -> str:

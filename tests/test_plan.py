@@ -160,9 +160,12 @@ def test_scaling_a_disaggregated_unit_multiplies_both_pools():
 
 def test_units_given_the_roofline_by_latency_auto_say_why():
     fp8 = {"latency_model": "roofline", "precision": "fp8", "gpu": "h100-sxm", "tp": 4}
-    assert "no step-latency table is measured at that precision" in fallback_warnings({}, fp8)[0]
+    assert fallback_warnings({}, fp8) == [
+        "h100-sxm fp8 units use the roofline model: no table is shipped for this GPU, model, TP "
+        "and precision"
+    ]
     bf16 = {**fp8, "precision": "bf16"}
-    assert "no table is shipped for this GPU" in fallback_warnings({"latency": {}}, bf16)[0]
+    assert "h100-sxm bf16 units" in fallback_warnings({"latency": {}}, bf16)[0]
     assert fallback_warnings({"latency": {"model": "roofline"}}, fp8) == []  # asked for it
     assert fallback_warnings({}, {**fp8, "latency_model": "profile"}) == []
 
