@@ -9,6 +9,10 @@ compositions the latency model needs (see ``profiles/README.md``):
   and multi-sequence prefill steps, chunks over cached context), then early finishers decode
   beside later prefills (mixed steps), then all ``B`` decode together for ``out`` steps
   (decode-only steps at batch ``B`` and contexts ``C .. C + out``);
+* ``drain``: ``B`` equal prompts whose outputs end two per decode step (``outs``), so after
+  the prefill the decode batch shrinks from ``B`` to 1 and runs at every CUDA-graph size the
+  engine pads to: measured, not interpolated between the ``batch`` sizes (vLLM's FP8 GEMMs get
+  faster from batch 192 to 256 and 384 to 512 on an H200, profiles/README.md);
 * ``inject``: a running decode batch, into which single prompts of length ``P`` are injected one
   at a time (mixed steps: ``B`` decodes + one chunk of ``P``);
 * ``inject`` with ``rate_per_s``: prompts of lognormal lengths arrive at seeded exponential gaps
@@ -44,6 +48,11 @@ INJECT_PROMPTS = (8, 64, 256, 512, 1024, 3000, 7000)
 #: arrive and at what rate (conversation-like prompts at a moderate serving rate)
 ARRIVAL_BASES = ((8, 1024), (16, 1024), (16, 2048), (32, 1024))
 ARRIVAL_MEAN, ARRIVAL_COUNT, ARRIVAL_RATE_PER_S, ARRIVAL_OUT = 1000, 40, 12.0, 4
+#: prompt lengths of the drain scenarios; each runs the largest decode batch that fits the cap
+DRAIN_CONTEXTS = (128, 1024)
+#: decode steps over which a drain's batch shrinks, per sequence: 0.5 = two end per step (~8
+#: steps at each capture size of the 16-wide steps above 32)
+DRAIN_STEPS_PER_SEQ = 0.5
 PREFILL_ONLY = (16, 48, 100, 200, 350, 500, 700, 1000, 1500, 2500, 4000, 6000, 8000)
 #: decode steps per batch scenario
 DECODE_OUT = 24
@@ -70,6 +79,14 @@ def scenarios(
             lens = _lognormal(rng, b, c, 1.0, max_model_len - DECODE_OUT - 1)
             if sum(lens) + b * DECODE_OUT <= cap:
                 out.append(_batch(f"spread_b{b}_c{c}", lens, DECODE_OUT))
+    for c in DRAIN_CONTEXTS:
+        outs = _drain_outs(DECODE_BATCHES[-1])
+        b = min(DECODE_BATCHES[-1], cap // c, int(0.8 * kv_tokens) // (c + max(outs)))
+        if b >= 2 and c + max(outs) < max_model_len:
+            out.append(
+                {"id": f"drain_b{b}_c{c}", "kind": "batch", "prompts": [c] * b,
+                 "outs": _drain_outs(b)}
+            )  # fmt: skip
     for p in PREFILL_ONLY:
         if p + 2 < max_model_len:
             out.append(_batch(f"prefill_p{p}", [p], 2))
@@ -96,6 +113,12 @@ def scenarios(
 
 def _batch(sid: str, prompts: list[int], n_out: int) -> dict:
     return {"id": sid, "kind": "batch", "prompts": prompts, "out": n_out}
+
+
+def _drain_outs(b: int) -> list[int]:
+    """Output lengths of a drain of ``b`` requests: all decode ``DECODE_OUT`` steps together,
+    then they end ``1 / DRAIN_STEPS_PER_SEQ`` per step, the batch shrinking to 1."""
+    return [DECODE_OUT + int(i * DRAIN_STEPS_PER_SEQ) for i in range(b)]
 
 
 def _arrivals(sid: str, b: int, c: int, prompts: list[int]) -> dict:

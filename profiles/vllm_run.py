@@ -155,8 +155,12 @@ async def run_scenario(client: Client, sc: dict) -> dict:
     t0 = time.monotonic()
     sid = sc["id"]
     if sc["kind"] == "batch":
+        outs = sc.get("outs") or [sc["out"]] * len(sc["prompts"])  # a drain's differ
         await asyncio.gather(
-            *(client.request(f"{sid}/{i}", p, sc["out"]) for i, p in enumerate(sc["prompts"]))
+            *(
+                client.request(f"{sid}/{i}", p, o)
+                for i, (p, o) in enumerate(zip(sc["prompts"], outs, strict=True))
+            )
         )
     else:
         await _inject(client, sc)

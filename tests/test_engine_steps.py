@@ -531,6 +531,22 @@ def test_arrival_scenarios_inject_spread_prompts_beside_small_batches():
         assert len(s["prompts"]) <= 32
 
 
+def test_a_drain_decodes_at_every_batch_size_down_to_one():
+    for kv, cap in ((900_000, 300_000), (401_088, 120_000)):
+        drains = [s for s in scenarios(8192, kv, seed=0, max_tokens=cap) if "outs" in s]
+        assert [s["id"].split("_")[2] for s in drains] == ["c128", "c1024"]
+        for s in drains:
+            b, c = len(s["prompts"]), s["prompts"][0]
+            assert b * c <= cap and b * (c + max(s["outs"])) <= 0.8 * kv
+            # after all decode 24 steps together, two requests end per step: the batch still
+            # decoding shrinks from b to 1 or 2 in steps of at most 2 (every 16-wide capture
+            # size band gets ~8 steps)
+            alive = [sum(o > k for o in s["outs"]) for k in range(max(s["outs"]))]
+            assert alive[:24] == [b] * 24 and alive[-1] in (1, 2)
+            assert all(0 <= x - y <= 2 for x, y in zip(alive, alive[1:], strict=False))
+    assert drains[0]["id"] == "drain_b512_c128"
+
+
 def test_arrivals_are_submitted_without_waiting_for_each_other():
     import asyncio
 
