@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -43,26 +44,53 @@ SERVED = {
     "llama-3-70b": "llama-3-70b",
     "llama-3-70b-fp8": "{base: llama-3-70b, weights: fp8, kv_cache_dtype: fp8}",
 }
-#: (gpu, served model) pairs replayed for validation, each also profiled
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A (GPU, served model, TP) replayed for validation, and profiled."""
+
+    gpu: str
+    model: str
+    tp: int = 1
+    #: the cases' arrival rates x this, so that each load sits at about the same fraction of the
+    #: engine's capacity as for an 8B on one GPU. Chosen from the simulator's saturated
+    #: completion rate on the conversation case (offered 20x its rate): Llama-3-8B on an H200
+    #: 20.2 req/s, Llama-3-70B at TP2 on two 5.0 (bf16) and 9.0 (fp8). An input, not a fit:
+    #: nothing of the real runs is used to choose it.
+    load: float = 1.0
+
+    @property
+    def name(self) -> str:
+        """Folder and job names: ``h200_llama-3-8b``, ``h200_llama-3-70b_tp2``."""
+        return f"{self.gpu}_{self.model}" + (f"_tp{self.tp}" if self.tp > 1 else "")
+
+    @property
+    def key(self) -> str:
+        """Report keys and `--table`'s GPU/MODEL: `h200/llama-3-8b`, `h200/llama-3-70b-tp2`."""
+        return f"{self.gpu}/{self.model}" + (f"-tp{self.tp}" if self.tp > 1 else "")
+
+
 PAIRS = (
-    ("h200", "llama-3-8b"), ("h200", "qwen2.5-7b"), ("h100", "llama-3-8b"), ("h100", "qwen2.5-7b"),
-    ("h200", "llama-3-8b-fp8"), ("h100", "llama-3-8b-fp8"),
+    Pair("h200", "llama-3-8b"), Pair("h200", "qwen2.5-7b"), Pair("h100", "llama-3-8b"),
+    Pair("h100", "qwen2.5-7b"), Pair("h200", "llama-3-8b-fp8"), Pair("h100", "llama-3-8b-fp8"),
+    # on the 2-GPU machine (nvidia-h200-x2); no real run yet
+    Pair("h200", "llama-3-70b", 2, load=0.25), Pair("h200", "llama-3-70b-fp8", 2, load=0.45),
 )  # fmt: skip
 #: profiling runs without a replay: (job name, served model, tp)
 PROFILES_ONLY = (
     ("h200_llama-3-8b-int4", "llama-3-8b-int4", 1),
     ("h200_llama-3-70b-fp8", "llama-3-70b-fp8", 1),
-    ("h200x2_llama-3-70b_tp2", "llama-3-70b", 2),
-    ("h200x2_llama-3-70b-fp8_tp2", "llama-3-70b-fp8", 2),
 )
 
 
-def case_overrides(trace: str, load: str, gpu: str, model: str) -> list[str]:
+def case_overrides(trace: str, load: str, pair: Pair) -> list[str]:
     key = "rate_scale" if trace == "conv" else "rate_per_s"
     return [
-        f"workload.arrival.{key}={LOADS[trace][load]}",
-        f"model={SERVED[model]}",
-        f"hardware.gpu={gpu}",
+        f"workload.arrival.{key}={LOADS[trace][load] * pair.load:g}",
+        f"model={SERVED[pair.model]}",
+        f"hardware.gpu={pair.gpu}",
+        f"hardware.tp={pair.tp}",
     ]
 
 
@@ -93,43 +121,42 @@ def _profile_job(out: Path, name: str, job: dict) -> None:
 
 def make_jobs(out: Path) -> None:
     out = out.resolve()
-    for gpu, model in PAIRS:
+    for pair in PAIRS:
         phases = []
         for trace, load, path in cases():
-            cfg = engine_jobs.experiment(path, case_overrides(trace, load, gpu, model))
-            arr = out / "arrivals" / f"{gpu}_{model}_{trace}_{load}.json"
+            cfg = engine_jobs.experiment(path, case_overrides(trace, load, pair))
+            arr = out / "arrivals" / f"{pair.name}_{trace}_{load}.json"
             engine_jobs.write_arrivals(cfg, path, arr)
             arr = arr.relative_to(ROOT)
             phases.append({"name": f"{trace}_{load}", "kind": "replay", "arrivals": str(arr)})
-        job = _engine_job(out, model, 1)
-        (out / f"{gpu}_{model}_replay.json").write_text(json.dumps({**job, "phases": phases}))
-        _profile_job(out, f"{gpu}_{model}", job)
+        job = _engine_job(out, pair.model, pair.tp)
+        (out / f"{pair.name}_replay.json").write_text(json.dumps({**job, "phases": phases}))
+        _profile_job(out, pair.name, job)
     for name, model, tp in PROFILES_ONLY:
         _profile_job(out, name, _engine_job(out, model, tp))
 
 
 def report(real_root: Path, tables: dict[str, str] | None = None) -> dict:
-    """Every case whose real run is stored under ``real_root/<gpu>_<model>/``; ``tables`` maps
-    ``<gpu>/<model>`` to a table folder used instead of the shipped one (only those pairs run)."""
+    """Every case whose real run is stored under ``real_root/<pair.name>/``; ``tables`` maps
+    a pair's key to a table folder used instead of the shipped one (only those pairs run)."""
     out = {}
-    for gpu, model in PAIRS:
-        run = real_root / f"{gpu}_{model}"
-        pair = f"{gpu}/{model}"
+    for p in PAIRS:
+        run, pair = real_root / p.name, p.key
         if not run.is_dir() or (tables and pair not in tables):
             continue
         steps = read_steps(str(run / "steps.jsonl"))
         for trace, load, path in cases():
             if not (run / f"{trace}_{load}.json.gz").is_file():
                 continue
-            over = case_overrides(trace, load, gpu, model)
+            over = case_overrides(trace, load, p)
             if tables:
                 over.append(f"latency.table={Path(tables[pair]).resolve()}")
             cfg = engine_jobs.experiment(path, over)
             phase = vllm_validate.load_phase(run / f"{trace}_{load}.json.gz")
             res = vllm_validate.report_case(cfg, path, phase, steps)
-            out[f"{gpu}/{model}/{trace}_{load}"] = res
+            out[f"{pair}/{trace}_{load}"] = res
             print(
-                f"{gpu}/{model}/{trace}_{load}: median {res['median_abs_err']:.1%} "
+                f"{pair}/{trace}_{load}: median {res['median_abs_err']:.1%} "
                 f"max {res['max_abs_err']:.1%}, identical steps "
                 f"{res['schedule_match']['identical']:.1%}",
                 flush=True,
