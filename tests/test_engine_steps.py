@@ -531,6 +531,18 @@ def test_arrival_scenarios_inject_spread_prompts_beside_small_batches():
         assert len(s["prompts"]) <= 32
 
 
+def test_every_family_of_scenarios_keeps_training_members():
+    from collections import Counter
+
+    for kv, cap in ((900_000, 300_000), (401_088, 120_000)):
+        scs = scenarios(8192, kv, seed=0, max_tokens=cap)
+        fam = Counter(s["id"].split("_")[0] for s in scs)
+        test = Counter(s["id"].split("_")[0] for s in scs if s["split"] == "test")
+        for f, n in fam.items():
+            assert test[f] == n // 3  # every third of each family, never more
+        assert fam["spread"] >= 5 and fam["drain"] == 2 and test["drain"] == 0
+
+
 def test_a_drain_decodes_at_every_batch_size_down_to_one():
     for kv, cap in ((900_000, 300_000), (401_088, 120_000)):
         drains = [s for s in scenarios(8192, kv, seed=0, max_tokens=cap) if "outs" in s]
