@@ -22,17 +22,10 @@ pytestmark = [
 ]
 
 
-@pytest.mark.parametrize(
-    "weights,kv", [("bf16", "bf16"), ("fp8", "fp8"), ("int4", "bf16")], ids=["bf16", "fp8", "int4"]
-)
-def test_profile_and_replay_are_recorded(tmp_path, weights, kv):
-    from profiles.gpu_energy import energy_between, read_energy
-    from profiles.hf_config import write_model_dir
-    from profiles.vllm_steps import read_steps
-    from profiles.vllm_table import step_rows
+def _tiny(weights="bf16", kv="bf16"):
     from simulator.models import ModelSpec
 
-    spec = ModelSpec(
+    return ModelSpec(
         name="tiny",
         num_layers=2,
         hidden_size=512,
@@ -44,32 +37,54 @@ def test_profile_and_replay_are_recorded(tmp_path, weights, kv):
         weights=weights,
         kv_cache_dtype=kv,
     )
-    mdir = write_model_dir(spec, tmp_path / "model")
+
+
+def _run_job(tmp_path, spec, tp: int, phases: list[dict]) -> Path:
+    """Run ``phases`` on ``spec`` at ``tp`` in a process of its own, as profiles/device_vllm.sh
+    runs it: its serving environment (vllm_run.serve_env) and a frontend that has not touched
+    CUDA, so the engine core is forked with the step recorder installed (a CUDA-initialised
+    parent makes vLLM spawn). Returns the run folder."""
+    from profiles.hf_config import write_model_dir
+
+    job = {
+        "model_dir": str(write_model_dir(spec, tmp_path / "model")),
+        "tp": tp,
+        "precision": {"weights": spec.weights, "kv_cache_dtype": spec.kv_cache_dtype},
+        "engine": {"gpu_memory_utilization": 0.3},
+        "phases": phases,
+    }
+    out = tmp_path / "run"
+    out.mkdir()
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    cmd = [sys.executable, "-m", "profiles.vllm_run", str(tmp_path / "job.json"), "--out", str(out)]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return out
+
+
+@pytest.mark.parametrize(
+    "weights,kv", [("bf16", "bf16"), ("fp8", "fp8"), ("int4", "bf16")], ids=["bf16", "fp8", "int4"]
+)
+def test_profile_and_replay_are_recorded(tmp_path, weights, kv):
+    from profiles.gpu_energy import energy_between, read_energy
+    from profiles.vllm_steps import read_steps
+    from profiles.vllm_table import step_rows
+
     arr = tmp_path / "arrivals.json"
     arr.write_text(
         json.dumps(
             {"fingerprint": {"x": 1}, "requests": [[0.05 * i, 100 + 10 * i, 5] for i in range(10)]}
         )
     )
-    job = {
-        "model_dir": str(mdir),
-        "tp": 1,
-        "precision": {"weights": weights, "kv_cache_dtype": kv},
-        "engine": {"gpu_memory_utilization": 0.3},
-        "phases": [
+    out = _run_job(
+        tmp_path,
+        _tiny(weights, kv),
+        1,
+        [
             {"name": "profile", "kind": "profile", "limit": 4},
             {"name": "replay", "kind": "replay", "arrivals": str(arr)},
         ],
-    }
-    out = tmp_path / "run"
-    out.mkdir()
-    # in a process of its own, as profiles/device_vllm.sh runs it: its serving environment
-    # (vllm_run.SERVE_ENV) and a frontend that has not touched CUDA, so the engine core is
-    # forked with the step recorder installed (a CUDA-initialised parent makes vLLM spawn)
-    (tmp_path / "job.json").write_text(json.dumps(job))
-    cmd = [sys.executable, "-m", "profiles.vllm_run", str(tmp_path / "job.json"), "--out", str(out)]
-    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    )
     facts = json.loads((out / "engine.json").read_text())
     assert facts["vllm_version"].startswith("0.24")
     quant = facts["model"]["quantization"]
@@ -90,3 +105,23 @@ def test_profile_and_replay_are_recorded(tmp_path, weights, kv):
     assert replay["fingerprint"] == {"x": 1}
     assert len(replay["requests"]) == 10
     assert all(sum(k for _, k in r["times"]) == 5 for r in replay["requests"].values())
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs"
+)
+def test_tp2_runs_on_two_gpus_with_multicast_off(tmp_path):
+    """TP2 (the 2-GPU machine): both GPUs' energy is read, NVLink multicast is off in the
+    engine's environment, and the log names the all-reduce backends the table will record."""
+    from profiles.gpu_energy import read_energy
+    from profiles.vllm_steps import read_steps
+    from profiles.vllm_table import _kernels
+
+    out = _run_job(tmp_path, _tiny(), 2, [{"name": "profile", "kind": "profile", "limit": 3}])
+    facts = json.loads((out / "engine.json").read_text())
+    assert facts["gpu_count"] >= 2 and facts["job"]["tp"] == 2
+    assert facts["env"]["NCCL_NVLS_ENABLE"] == "0"
+    assert facts["env"]["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+    assert "all_reduce" in _kernels(out)
+    assert len(read_energy(out)["mj"][0]) == torch.cuda.device_count()
+    assert read_steps(str(out / "steps.jsonl"))
