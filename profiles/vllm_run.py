@@ -264,6 +264,11 @@ async def run_replay(client: Client, phase: dict) -> dict:
 
 
 async def main_async(job: dict, out: Path) -> None:
+    """Run ``job`` into ``out``; the one entry of a job, in its own process
+    (``python -m profiles.vllm_run``) or in the CLI's (`profiles.vllm_cli`): the serving
+    environment, NVLink multicast off included, is set here, before vLLM is imported."""
+    env = serve_env(job.get("tp", 1))
+    os.environ.update(env)
     vllm_steps.install(str(out / "steps.jsonl"))
     prec = job_precision(job)
     cfg_adds, args = engine_precision(prec["weights"], prec["kv_cache_dtype"])
@@ -273,7 +278,7 @@ async def main_async(job: dict, out: Path) -> None:
     engine = start_engine(job["model_dir"], job.get("tp", 1), {**args, **job.get("engine", {})})
     facts = engine_facts(engine)
     facts["job"], facts["precision"] = job, prec
-    facts["env"] = serve_env(job.get("tp", 1))
+    facts["env"] = env
     (out / "engine.json").write_text(json.dumps(facts, indent=1))
     print(json.dumps(facts), flush=True)
     vocab = model_cfg["vocab_size"]
@@ -312,7 +317,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="folder for engine.json, steps, phases")
     a = ap.parse_args(argv)
     job = json.loads(Path(a.job).read_text())
-    os.environ.update(serve_env(job.get("tp", 1)))
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     asyncio.run(main_async(job, out))
