@@ -81,10 +81,10 @@ def scenarios(
             lens = _lognormal(rng, b, c, 1.0, max_model_len - DECODE_OUT - 1)
             if sum(lens) + b * DECODE_OUT <= cap:
                 out.append(_batch(f"spread_b{b}_c{c}", lens, DECODE_OUT))
+    longest = max(_drain_outs(DECODE_BATCHES[-1]))  # the largest drain's last request
     for c in DRAIN_CONTEXTS:
-        outs = _drain_outs(DECODE_BATCHES[-1])
-        b = min(DECODE_BATCHES[-1], cap // c, int(0.8 * kv_tokens) // (c + max(outs)))
-        if b >= 2 and c + max(outs) < max_model_len:
+        b = min(DECODE_BATCHES[-1], cap // c, int(0.8 * kv_tokens) // (c + longest))
+        if b >= 2 and c + longest < max_model_len:
             out.append(
                 {"id": f"drain_b{b}_c{c}", "kind": "batch", "prompts": [c] * b,
                  "outs": _drain_outs(b)}
