@@ -152,12 +152,15 @@ def _truth(r):
     return 0.005 + 2.2e-5 * n + 1e-11 * r["prefill_attn"] + 2e-8 * r["decode_ctx"]
 
 
-def _table(tmp_path, model="toy", tp=1, n=400, seed=1):
+DECODE_BATCHES = (1, 3, 8, 20, 64, 100, 200, 400, 512)
+
+
+def _table(tmp_path, model="toy", tp=1, n=400, seed=1, truth=_truth, batches=DECODE_BATCHES):
     rng = random.Random(seed)
     rows = []
     for i in range(n):
         if i % 2:
-            b = rng.choice([1, 3, 8, 20, 64, 100, 200, 400, 512])
+            b = rng.choice(batches)
             ctx = [rng.randint(50, 4000) for _ in range(b)]
             r = {
                 "prefill_tokens": 0,
@@ -186,7 +189,7 @@ def _table(tmp_path, model="toy", tp=1, n=400, seed=1):
                 "after_idle": 0,
                 "burst": 0,
                 "prefill_behind": 0,
-                "dur_us": _truth(r) * 1e6,
+                "dur_us": truth(r) * 1e6,
             }
         )
     d = tmp_path / "table"
@@ -220,7 +223,32 @@ def test_fit_recovers_a_law_it_can_represent_on_held_out_steps(tmp_path):
     )
 
 
-def test_model_is_non_decreasing_in_every_feature(tmp_path):
+def _staircase(r):
+    """An FP8-like engine: the decode GEMMs change kernel configuration above batch 128 (+40%)
+    and get faster again at 512 than at 384, as vLLM's CUTLASS FP8 kernels do on an H200."""
+    if r["prefill_tokens"] == 0 and r["decode_seqs"] <= 512:
+        b = r["decode_seqs"]
+        w = 0.004 if b <= 128 else 0.0056 if b <= 384 else 0.0052
+        return w + 2e-8 * r["decode_ctx"]
+    return _truth(r)
+
+
+def test_decode_follows_every_measured_graph_size_even_where_it_is_not_monotone(tmp_path):
+    batches = (1, 8, 64, 128, 192, 256, 384, 512)  # CUDA-graph sizes (CAPTURE)
+    m = EngineStepModel(_table(tmp_path, n=800, truth=_staircase, batches=batches), "toy", 1)
+    assert m.decode_knots == batches  # each ran >= MIN_KNOT_STEPS times in training
+    for b in batches:
+        r = {"prefill_tokens": 0, "decode_seqs": b, "decode_ctx": 1000 * b, "decode_max": 1000}
+        assert m.step_time(0, 0, 0, b, 1000 * b, 1000) == pytest.approx(_staircase(r), rel=0.01)
+    # the measured drop survives: 512 is charged less than 384 (a monotone curve could not)
+    assert m.step_time(0, 0, 0, 512, 400_000, 1000) < m.step_time(0, 0, 0, 384, 400_000, 1000)
+    # a graph size between two measured ones is interpolated linearly between them
+    lo, hi = m.step_time(0, 0, 0, 64, 0, 1), m.step_time(0, 0, 0, 128, 0, 1)
+    assert m.step_time(0, 0, 0, 96, 0, 1) == pytest.approx((lo + hi) / 2, rel=1e-9)
+    assert m.describe()["decode_graph_sizes_measured"] == list(m.decode_knots)
+
+
+def test_a_monotone_engine_gives_a_model_non_decreasing_in_every_feature(tmp_path):
     m = EngineStepModel(_table(tmp_path), "toy", 1)
     dec = [m.step_time(0, 0, 0, b, 1000 * b, 1000) for b in range(1, 700, 7)]
     mix = [m.step_time(t, t * 500.0, 1, 0, 0) for t in range(1, 20000, 97)]

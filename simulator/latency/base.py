@@ -17,7 +17,10 @@ A step is described only by features of its batch composition, never by request 
 
 Prefill work is compute-bound (GEMM FLOPs grow with ``prefill_tokens``); decode work is
 memory-bound (weights read once per step, KV read grows with ``decode_ctx``). A model must be
-non-decreasing in every feature. Times are seconds.
+non-decreasing in every feature, with one measured exception: an engine table
+(`simulator.latency.engine_steps`) charges a graph-replayed decode step the time it measured at
+that CUDA-graph size, and vLLM's FP8 and 4-bit GEMMs make that non-monotone in ``decode_seqs``
+(a kernel configuration per range of rows). Times are seconds.
 
 The call is made once per simulated step (hundreds of thousands of times per run), so it takes
 plain numbers, not an object.

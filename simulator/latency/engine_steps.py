@@ -18,15 +18,22 @@ The model has two regimes, as the engine has:
   + b_dec * decode_seqs`` (the LM head and sampler run on sampled rows only, which ``N``
   does not count).
 
-``W`` and ``G`` are piecewise linear in their argument (values at fixed knots, linear between,
-the last segment extended). Each regime is fitted on its own training steps (``split ==
-train``) by minimising the *sum of absolute* relative errors with non-negative coefficients
-(median regression: a step that absorbed a host hiccup moves it little); how many training
-steps sit far off the fit is reported. Knot values are then made non-decreasing, so the model
-is non-decreasing in every feature (`simulator.latency.base`). Whether a step was planned on an
-idle engine (its host work overlaps nothing) is a feature of the fit, so such steps do not bias
-the busy-engine coefficients; `step_time` charges busy steps only (the idle coefficient came out
-0.0 ms on all three shipped tables).
+``W`` and ``G`` are piecewise linear in their argument (values at knots, linear between, the
+last segment extended). ``W``'s knots are the CUDA-graph sizes the training steps measured
+(`decode_knots`: every size with ``MIN_KNOT_STEPS`` steps or more): the engine replays one graph
+per size, and each size's time is its own measurement. They are **not** made monotone: vLLM's
+FP8 and 4-bit GEMMs pick a kernel configuration by the batch's rows, and a decode step at batch
+136 takes 2.3 ms more than at 128 on an H200 (Llama-3-8B fp8) while 512 is faster than 400
+(profiles/README.md); a non-decreasing curve through those sizes over-predicted the largest
+batches by up to 60%. ``G``'s knots are fixed (``TOKEN_KNOTS``) and its values made
+non-decreasing. Each regime is fitted on its own training steps (``split == train``) by
+minimising the *sum of absolute* relative errors with non-negative coefficients (median
+regression: a step that absorbed a host hiccup moves it little); how many training steps sit
+far off the fit is reported. So an engine table is non-decreasing in every feature except the
+decode batch size of a graph-replayed decode step (`simulator.latency.base`). Whether a step
+was planned on an idle engine (its host work overlaps nothing) is a feature of the fit, so such
+steps do not bias the busy-engine coefficients; `step_time` charges busy steps only (the idle
+coefficient came out 0.0 ms on all three shipped tables).
 
 Which steps can be fitted, and to what time, is decided from how the engine stamps them
 (``profiles/vllm_table.py``): steps planned during a profiling submission burst, the step after
@@ -42,6 +49,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,7 +65,8 @@ STEP_COLUMNS = [
     "step_id", "scenario", "split", *STEP_FEATURES, "after_idle", "burst", "prefill_behind",
     "dur_us",
 ]  # fmt: skip
-DECODE_KNOTS = (1, 8, 32, 64, 128, 256, 512)
+#: a CUDA-graph size becomes a knot of the decode curve when this many training steps ran at it
+MIN_KNOT_STEPS = 3
 TOKEN_KNOTS = (1, 256, 1024, 4096, 8192, 16384)
 #: a training step whose first-fit relative error exceeds this many times the median is dropped
 OUTLIER_FACTOR = 5.0
@@ -146,7 +155,7 @@ class EngineStepModel:
 
     def _decode_x(self, b, ctx, mx, idle=0) -> list[float]:
         mx = mx or ctx / b  # 0: longest context unknown, assume the batch's mean
-        return hat(self.padded(b), DECODE_KNOTS) + [ctx, mx, idle]
+        return hat(self.padded(b), self.decode_knots) + [ctx, mx, idle]
 
     def _mixed_x(self, pt, attn, ps, b, ctx, idle=0) -> list[float]:
         return hat(self.padded(pt + b), TOKEN_KNOTS) + [attn, ctx, ps, b, idle]
@@ -244,16 +253,29 @@ class EngineStepModel:
         train = [r for r in train if r["target"] is not None]
         dec = [r for r in train if self._is_graph_decode(r["prefill_tokens"], r["decode_seqs"])]
         mix = [r for r in train if not self._is_graph_decode(r["prefill_tokens"], r["decode_seqs"])]
-        if len(dec) < 2 * len(DECODE_KNOTS) or len(mix) < 2 * len(TOKEN_KNOTS):
+        if not hasattr(self, "decode_knots"):  # the first pass has the fewest targets
+            self.decode_knots = self._measured_sizes(dec)
+        if len(self.decode_knots) < 2 or len(mix) < 2 * len(TOKEN_KNOTS):
             raise ConfigError(
                 str(self.dir / "steps.csv"),
                 "split",
-                f"too few training steps to fit ({len(dec)} decode-only, {len(mix)} other)",
+                f"too few training steps to fit ({len(dec)} decode-only at "
+                f"{len(self.decode_knots)} graph sizes with {MIN_KNOT_STEPS}+ steps, "
+                f"{len(mix)} other)",
             )
-        self.c_dec, n_dec = self._fit_regime(dec, self._row_decode_x, len(DECODE_KNOTS))
+        self.c_dec, n_dec = self._fit_regime(dec, self._row_decode_x, 0)
         self.c_mix, n_mix = self._fit_regime(mix, self._row_mixed_x, len(TOKEN_KNOTS))
+        k = len(self.decode_knots)
+        self._graph_w = {p: float(np.dot(hat(p, self.decode_knots), self.c_dec[:k]))
+                         for p in self.capture_sizes}  # fmt: skip
+        self._c_ctx, self._c_max = float(self.c_dec[k]), float(self.c_dec[k + 1])
         self.far_off = n_dec + n_mix
         self.train_steps = len(train)
+
+    def _measured_sizes(self, dec: list[dict]) -> tuple[int, ...]:
+        """The CUDA-graph sizes at least ``MIN_KNOT_STEPS`` of the decode steps ``dec`` ran at."""
+        runs = Counter(self.padded(r["decode_seqs"]) for r in dec)
+        return tuple(sorted(p for p, n in runs.items() if n >= MIN_KNOT_STEPS))
 
     def _row_decode_x(self, r: dict) -> list[float]:
         return self._decode_x(r["decode_seqs"], r["decode_ctx"], r["decode_max"], r["after_idle"])
@@ -269,7 +291,9 @@ class EngineStepModel:
         )
 
     @staticmethod
-    def _fit_regime(rows: list[dict], xf, n_knots: int) -> tuple[np.ndarray, int]:
+    def _fit_regime(rows: list[dict], xf, n_monotone: int) -> tuple[np.ndarray, int]:
+        """Coefficients of ``xf``'s features on ``rows`` and how many rows sit far off; the
+        first ``n_monotone`` (a curve's knot values) are made non-decreasing."""
         x = np.array([xf(r) for r in rows])
         y = np.array([r["target"] for r in rows])
         scale = x.max(axis=0)
@@ -278,7 +302,7 @@ class EngineStepModel:
         rel = np.abs(x @ (coef / scale) / y - 1)
         far = int((rel > OUTLIER_FACTOR * max(float(np.median(rel)), 0.005)).sum())
         coef = coef / scale
-        coef[:n_knots] = np.maximum.accumulate(coef[:n_knots])
+        coef[:n_monotone] = np.maximum.accumulate(coef[:n_monotone])
         return coef, far
 
     # -- the StepLatencyModel interface --------------------------------------------------------
@@ -292,8 +316,12 @@ class EngineStepModel:
         decode_max: int = 0,
     ) -> float:
         if self._is_graph_decode(prefill_tokens, decode_seqs):
-            x = self._decode_x(decode_seqs, decode_ctx, decode_max)
-            return float(np.dot(x, self.c_dec))
+            mx = decode_max or decode_ctx / decode_seqs  # as `_decode_x`
+            return (
+                self._graph_w[self.padded(decode_seqs)]
+                + self._c_ctx * decode_ctx
+                + self._c_max * mx
+            )
         x = self._mixed_x(prefill_tokens, prefill_attn, prefill_seqs, decode_seqs, decode_ctx)
         return float(np.dot(x, self.c_mix))
 
@@ -327,6 +355,7 @@ class EngineStepModel:
             "gpu": self.meta["gpu"],
             "created_utc": self.meta.get("created_utc"),
             "fit": {"train_steps": self.train_steps, "train_steps_far_off": self.far_off},
+            "decode_graph_sizes_measured": list(self.decode_knots),
             "launch_s": {"graph": self.launch[True], "eager": self.launch[False]},
             "launch_waits": {
                 kind: {

@@ -29,8 +29,9 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 
 from profiles.vllm_table import build_table  # noqa: E402
+from simulator.errors import ConfigError  # noqa: E402
 from simulator.latency.engine_steps import EngineStepModel, _usable, error_summary  # noqa: E402
-from simulator.models import MODELS  # noqa: E402
+from simulator.models import load_model  # noqa: E402
 
 
 def cross_run(run_raw: Path, table: Path, model: str, gpu: str, served_bf16: bool) -> dict:
@@ -43,7 +44,10 @@ def cross_run(run_raw: Path, table: Path, model: str, gpu: str, served_bf16: boo
             facts = json.loads((raw / "engine.json").read_text())
             facts["precision"] = {"weights": "bf16", "kv_cache_dtype": "bf16"}  # what it served
             (raw / "engine.json").write_text(json.dumps(facts))
-        build_table(raw, Path(tmp), gpu, MODELS[model], 1)
+        facts = json.loads((raw / "engine.json").read_text())
+        precision = facts.get("precision") or {}  # runs before precision was recorded: bf16
+        spec = load_model({"base": model, **precision}, str(raw / "engine.json"), "precision")
+        build_table(raw, Path(tmp), gpu, spec, 1)
         other = EngineStepModel(tmp, model, 1)
         shipped = EngineStepModel(table, model, 1)
         rows = [r for r in other.rows if _usable(r)]
@@ -62,7 +66,11 @@ def main() -> int:
     a = ap.parse_args()
     repeat = a.run is None
     run = HERE / "repeat_h200_llama-3-8b" if repeat else a.run
-    out = cross_run(run, a.table, a.model, a.gpu, served_bf16=repeat)
+    try:
+        out = cross_run(run, a.table, a.model, a.gpu, served_bf16=repeat)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(json.dumps(out, indent=1))
     return 0
 

@@ -43,6 +43,7 @@ SERVED = {
     "llama-3-8b-int4": "{base: llama-3-8b, weights: int4}",
     "llama-3-70b": "llama-3-70b",
     "llama-3-70b-fp8": "{base: llama-3-70b, weights: fp8, kv_cache_dtype: fp8}",
+    "llama-3-70b-int4": "{base: llama-3-70b, weights: int4}",
 }
 
 
@@ -81,6 +82,7 @@ PAIRS = (
 PROFILES_ONLY = (
     ("h200_llama-3-8b-int4", "llama-3-8b-int4", 1),
     ("h200_llama-3-70b-fp8", "llama-3-70b-fp8", 1),
+    ("h200_llama-3-70b-int4", "llama-3-70b-int4", 1),
 )
 
 
