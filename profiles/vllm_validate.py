@@ -283,6 +283,12 @@ def schedule_match(cfg: dict, where: str, phase: dict, steps: list[dict]) -> dic
     }
 
 
+def _step_kind(r: dict) -> str:
+    """``decode`` or ``prefill``, ``_launched`` when planned behind a running step."""
+    kind = "prefill" if r["prefill_tokens"] else "decode"
+    return kind + ("_launched" if r["prefill_behind"] else "")
+
+
 def step_model_on_real_batches(latency, real: list[dict]) -> dict | None:
     """The table charged with the batches vLLM really ran, as the simulator charges them: each
     step its predicted time, and where a step with prompt tokens was launched behind it, at
@@ -318,9 +324,19 @@ def step_model_on_real_batches(latency, real: list[dict]) -> dict | None:
         for k, (r, own, _) in enumerate(busy)
         if r["prefill_tokens"] == 0 and not (k + 1 < len(busy) and busy[k + 1][0]["prefill_behind"])
     ]
+    by_kind: dict[str, list[float]] = {}
+    for r, _, charged in busy:
+        acc = by_kind.setdefault(_step_kind(r), [0, 0.0, 0.0])
+        acc[0], acc[1], acc[2] = acc[0] + 1, acc[1] + charged, acc[2] + r["dur_us"] * 1e-6
     return {
         "busy_steps": len(busy),
         "busy_time_err": sum(c for _, _, c in busy) / meas - 1,
+        # where the busy-time error sits: per kind of step, its sum's error and its share of
+        # the phase's measured busy time
+        "by_kind": {
+            k: {"steps": n, "sum_err": c / m - 1, "of_busy_time": (c - m) / meas}
+            for k, (n, c, m) in sorted(by_kind.items())
+        },
         "clean_decode_steps": len(clean),
         "clean_decode_median_err": float(np.median(clean)) if clean else None,
         "clean_decode_p95_abs_err": float(np.percentile(np.abs(clean), 95)) if clean else None,

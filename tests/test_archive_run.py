@@ -124,6 +124,13 @@ def test_step_time_on_real_batches_by_hand():
     assert got["busy_time_err"] == pytest.approx((10 + 30 + 2 + 10) / 52.5 - 1)
     assert got["clean_decode_steps"] == 2
     assert got["clean_decode_median_err"] == pytest.approx(-0.1)
+    # by kind: the decodes are charged 10 + 30 + 10 ms for 42.5 measured, the launched prefill
+    # 2 ms for 10; the two shares add up to the busy-time error
+    kinds = got["by_kind"]
+    assert kinds["decode"]["steps"] == 3
+    assert kinds["decode"]["sum_err"] == pytest.approx(50 / 42.5 - 1)
+    assert kinds["prefill_launched"]["sum_err"] == pytest.approx(2 / 10 - 1)
+    assert sum(k["of_busy_time"] for k in kinds.values()) == pytest.approx(got["busy_time_err"])
 
 
 def test_step_time_check_needs_a_recorded_step_model():
