@@ -27,6 +27,7 @@ import numpy as np
 from profiles import engine_jobs
 from profiles.engine_jobs import job_precision
 from profiles.gpu_energy import energy_between, read_energy
+from profiles.metric_intervals import percentile_intervals
 from profiles.vllm_table import step_rows
 from simulator.errors import ConfigError
 from simulator.executor import idle_wake_s
@@ -39,37 +40,48 @@ METRICS = tuple(
 ) + (("throughput", "requests_per_s"), ("throughput", "output_tokens_per_s"))
 
 
-def real_metrics(phase: dict) -> dict:
-    """The summary sections of `METRICS` from a real replay phase, and its ``window``: first
+def request_samples(phase: dict) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict]:
+    """Per metric (``ttft_s``, ``tpot_s``, ``itl_s``, ``e2e_s``) its values in a real replay
+    phase and the index of the request each belongs to (a request with one output token has
+    no TPOT; each of its token gaps is one ITL value, a chunk of ``k`` tokens one gap and
+    ``k - 1`` zeros, as vLLM's benchmark counts them); and the phase's ``window``: first
     submission, last token and output tokens (what throughput and energy are taken over)."""
-    ttft, tpot, itl, e2e, first, last, tokens = [], [], [], [], [], [], 0
-    for rec in phase["requests"].values():
+    vals: dict[str, list[float]] = {k: [] for k in ("ttft_s", "tpot_s", "itl_s", "e2e_s")}
+    owner: dict[str, list[int]] = {k: [] for k in vals}
+    first, last, tokens = [], [], 0
+    for i, rec in enumerate(phase["requests"].values()):
         times = rec["times"]
         if not times:
             raise ConfigError("<real run>", "requests", "a request produced no output")
         t0, t_first, t_last = rec["t_submit"], times[0][0], times[-1][0]
         n = sum(k for _, k in times)
         tokens += n
-        ttft.append(t_first - t0)
-        e2e.append(t_last - t0)
-        if n > 1:
-            tpot.append((t_last - t_first) / (n - 1))
-        prev = t_first
+        gaps, prev = [], t_first
         for t, k in times[1:]:
-            itl.extend([t - prev] + [0.0] * (k - 1))
+            gaps.extend([t - prev] + [0.0] * (k - 1))
             prev = t
+        got = {"ttft_s": [t_first - t0], "e2e_s": [t_last - t0], "itl_s": gaps,
+               "tpot_s": [(t_last - t_first) / (n - 1)] if n > 1 else []}  # fmt: skip
+        for k, v in got.items():
+            vals[k].extend(v)
+            owner[k].extend([i] * len(v))
         first.append(t0)
         last.append(t_last)
-    span = max(last) - min(first)
-    out = {
-        sec: _pcts(v)
-        for sec, v in (("ttft_s", ttft), ("tpot_s", tpot), ("itl_s", itl), ("e2e_s", e2e))
-    }
+    samples = {k: (np.asarray(vals[k]), np.asarray(owner[k], dtype=np.int64)) for k in vals}
+    return samples, {"t0": min(first), "t1": max(last), "output_tokens": tokens}
+
+
+def real_metrics(phase: dict) -> dict:
+    """The summary sections of `METRICS` from a real replay phase, and its ``window``
+    (`request_samples`)."""
+    samples, window = request_samples(phase)
+    out = {sec: _pcts(v) for sec, (v, _) in samples.items()}
+    span = window["t1"] - window["t0"]
     out["throughput"] = {
-        "requests_per_s": len(ttft) / span,
-        "output_tokens_per_s": tokens / span,
+        "requests_per_s": len(phase["requests"]) / span,
+        "output_tokens_per_s": window["output_tokens"] / span,
     }
-    out["window"] = {"t0": min(first), "t1": max(last), "output_tokens": tokens}
+    out["window"] = window
     return out
 
 
@@ -172,9 +184,14 @@ def compare(cfg: dict, where: str, phase: dict) -> dict:
     sim, sim_steps = simulate(cfg, where)
     real = real_metrics(phase)
     rows = []
+    ci = percentile_intervals(request_samples(phase)[0], len(phase["requests"]))
     for sec, st in METRICS:
         s, r = sim[sec][st], real[sec][st]
-        rows.append({"metric": f"{sec}.{st}", "sim": s, "real": r, "err": s / r - 1})
+        row = {"metric": f"{sec}.{st}", "sim": s, "real": r, "err": s / r - 1}
+        if f"{sec}.{st}" in ci:  # latency percentiles (not throughput)
+            lo, hi = ci[f"{sec}.{st}"]
+            row |= {"real_ci90": [lo, hi], "sim_in_real_ci90": lo <= s <= hi}
+        rows.append(row)
     errs = [abs(x["err"]) for x in rows]
     return {
         "metrics": rows,
@@ -196,6 +213,9 @@ def report_case(cfg: dict, where: str, phase: dict, steps: list[dict]) -> dict:
         res["submit_lag_ms"] = submit_lag_ms(scheduled, phase)
         if steps:
             res["real_steps"] = real_batch_stats(steps, phase)
+            res["token_gaps_engine_vs_client_ms"] = engine_vs_client_gaps(
+                phase_steps(steps, phase), phase
+            )
             res["schedule_match"] = schedule_match(submitted, where, phase, steps)
     return res
 
@@ -249,6 +269,29 @@ class ReplayExecutor:
         if k < len(self.durations):
             return self.durations[k] + wake  # a measured interval starts at its plan
         return self.latency.step_time(*features) + plan.extra_s + wake
+
+
+def engine_vs_client_gaps(real: list[dict], phase: dict) -> dict:
+    """Where token gaps widen: the engine's busy step intervals, weighted by the tokens each
+    step emitted (what the client's gaps would be with a constant delivery delay, as the
+    simulator charges it), beside the client's measured nonzero token gaps (p50 / p95 / p99,
+    ms). A client tail above the engine's is delivery jitter between the engine core and the
+    client, which no step-time model produces. ``real``: the phase's steps (`phase_steps`)."""
+    dur = np.array([r["dur_us"] * 1e-3 for r in real if not r["after_idle"]])
+    tok = np.array([r["decode_seqs"] for r in real if not r["after_idle"]], dtype=float)
+    gaps = request_samples(phase)[0]["itl_s"][0] * 1e3
+    gaps = gaps[gaps > 0]
+    if not len(dur) or not tok.sum() or not len(gaps):
+        return {}
+    order = np.argsort(dur, kind="stable")
+    cum = np.cumsum(tok[order]) / tok.sum()
+    engine = [
+        float(dur[order][min(np.searchsorted(cum, q), len(dur) - 1)]) for q in (0.5, 0.95, 0.99)
+    ]
+    return {
+        "engine_steps_token_weighted": [round(x, 3) for x in engine],
+        "client_gaps": [round(float(x), 3) for x in np.percentile(gaps, [50, 95, 99])],
+    }
 
 
 def phase_steps(steps: list[dict], phase: dict) -> list[dict]:

@@ -220,6 +220,29 @@ def summary_table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def interval_table(results: dict) -> str:
+    """Per served model: its latency values, how many miss 15%, and how many of each lie inside
+    the real run's own 90% bootstrap interval (`profiles.metric_intervals`: the percentile's
+    sampling noise over the run's requests, a lower bound on run-to-run spread)."""
+    by: dict[str, list[dict]] = {}
+    for case, r in results.items():
+        by.setdefault(case.rsplit("/", 1)[0], []).extend(
+            m for m in r["metrics"] if "sim_in_real_ci90" in m
+        )
+    lines = [
+        "| served model | latency values | sim inside real's 90% interval | beyond 15% "
+        "| of those, inside the interval |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for pair, ms in by.items():
+        miss = [m for m in ms if abs(m["err"]) > 0.15]
+        lines.append(
+            f"| {pair} | {len(ms)} | {sum(m['sim_in_real_ci90'] for m in ms)} | {len(miss)} "
+            f"| {sum(m['sim_in_real_ci90'] for m in miss)} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("phase", choices=["arrivals", "report"])
@@ -246,6 +269,7 @@ def main() -> int:
     (out / "report.json").write_text(json.dumps(results, indent=1))
     (out / "table.md").write_text(table(results) + "\n")
     (out / "summary.md").write_text(summary_table(results) + "\n")
+    (out / "intervals.md").write_text(interval_table(results) + "\n")
     return 0
 
 
