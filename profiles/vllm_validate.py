@@ -32,6 +32,7 @@ from profiles.vllm_table import step_rows
 from simulator.errors import ConfigError
 from simulator.executor import idle_wake_s
 from simulator.latency.base import after_launch_wait
+from simulator.latency.engine_steps import LAUNCH_SHOWS
 from simulator.models import load_model
 from simulator.precision import Precision
 
@@ -323,6 +324,35 @@ def schedule_match(cfg: dict, where: str, phase: dict, steps: list[dict]) -> dic
         "identical": same / n if n else 0.0,
         "within_one_decode_and_5pct_prefill": near / n if n else 0.0,
         "step_model_on_real_batches": step_model_on_real_batches(built.latency, real),
+        "launch_waits_ms": launch_waits_vs_table(built.latency, real),
+    }
+
+
+def launch_waits_vs_table(latency, real: list[dict]) -> dict | None:
+    """The launches serving showed beside those the table fitted, per kind (``graph``: within
+    the largest CUDA graph, ``eager`` above): count and p10 / p50 / p90 in ms. A serving wait
+    is the interval of a decode step with a prompt-carrying step planned behind it, when that
+    interval exceeds the step's predicted time by the margin the table's fit uses
+    (`LAUNCH_SHOWS`). Why: the simulator draws every launch from the table's waits, and a host
+    that launches faster under serving than during profiling shifts TTFT by the difference."""
+    waits = getattr(latency, "launch_waits", None)
+    if waits is None:
+        return None
+    seen: dict[bool, list[float]] = {True: [], False: []}
+    for prev, r in zip(real, real[1:], strict=False):
+        if not r["prefill_behind"] or prev["prefill_tokens"] or prev["after_idle"]:
+            continue
+        if prev["dur_us"] * 1e-6 > LAUNCH_SHOWS * latency.predict_row(prev):
+            graph = latency.padded(r["prefill_tokens"] + r["decode_seqs"]) <= latency.max_graph
+            seen[graph].append(prev["dur_us"] * 1e-3)
+
+    def stats(v) -> dict:
+        q = np.percentile(v, [10, 50, 90]).round(2).tolist() if len(v) else []
+        return {"count": len(v), "p10_p50_p90": q}
+
+    return {
+        kind: {"table": stats(np.asarray(waits[g]) * 1e3), "serving": stats(seen[g])}
+        for kind, g in (("graph", True), ("eager", False))
     }
 
 

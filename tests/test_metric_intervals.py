@@ -72,3 +72,38 @@ def test_engine_vs_client_gaps_by_hand():
     assert got["engine_steps_token_weighted"] == [10.0, 10.0, 30.0]
     assert got["client_gaps"][0] == pytest.approx(10.0)
     assert got["client_gaps"][1] == pytest.approx(14.0)
+
+
+class _Table:
+    """A table whose every step takes 10 ms, with graphs up to 512 tokens."""
+
+    launch_waits = {True: [0.020, 0.021, 0.022], False: [0.040, 0.050, 0.060]}
+    max_graph = 512
+
+    def predict_row(self, r):
+        return 0.010
+
+    def padded(self, n):
+        return n
+
+
+def test_launch_waits_serving_beside_the_table_by_hand():
+    def step(dur_ms, prefill=0, behind=0, decodes=4, idle=0):
+        return {"dur_us": dur_ms * 1e3, "prefill_tokens": prefill, "prefill_behind": behind,
+                "decode_seqs": decodes, "after_idle": idle}  # fmt: skip
+
+    real = [
+        step(14.0),
+        step(10.0, prefill=100, behind=1),  # a graph launch that showed: 14 ms
+        step(10.5),
+        step(10.0, prefill=200, behind=1),  # 10.5 <= 1.1 x 10: hidden, not counted
+        step(45.0),
+        step(30.0, prefill=2000, behind=1),  # an eager launch: 45 ms
+        step(30.0, idle=1),
+        step(10.0, prefill=64, behind=1),  # planned on an idle engine: out
+    ]
+    got = vllm_validate.launch_waits_vs_table(_Table(), real)
+    assert got["graph"]["serving"] == {"count": 1, "p10_p50_p90": [14.0, 14.0, 14.0]}
+    assert got["eager"]["serving"]["count"] == 1
+    assert got["graph"]["table"]["p10_p50_p90"][1] == pytest.approx(21.0)
+    assert vllm_validate.launch_waits_vs_table(object(), real) is None
