@@ -2,6 +2,7 @@
 # On a lent GPU machine: install vLLM 0.24.0 from the parts carried in .vllm/ (see
 # profiles/README.md, "Tables through vLLM"), then run engine jobs: device_vllm.sh JOB:NAME ...
 # Each job's outputs (engine.json, steps, phases, log) are packed into $OUT/NAME.tgz.
+# PARALLEL=1 runs job i on GPU i, all at once (TP1 jobs on a multi-GPU machine).
 set -uo pipefail
 VL=/root/vl
 mkdir -p $VL
@@ -16,13 +17,26 @@ export PYTHONPATH=$VL/site:$PWD PYTHONUNBUFFERED=1
 # NVLink multicast off on shared multi-GPU hosts (profiles/vllm_run.py forces the same)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)" || exit 4
-for spec in "$@"; do
-  job=${spec%%:*}; name=${spec##*:}; dir=/tmp/runs/$name
+run_job() {  # run_job JOB:NAME: one engine job, its folder packed into $OUT/NAME.tgz
+  local spec=$1 job=${1%%:*} name=${1##*:} dir=/tmp/runs/${1##*:}
   [ "${RESUME:-0}" = 1 ] || rm -rf $dir  # RESUME=1 keeps a cut-short run ("resume" in its job)
   mkdir -p $dir
   echo "=== $name ($job) $(date +%T)"
   timeout ${JOB_TIMEOUT:-540} python3 -m profiles.vllm_run "$job" --out $dir > $dir/log.txt 2>&1
-  echo "rc=$? $(date +%T)"
+  echo "rc=$? $name $(date +%T)"
   grep -E "^\[|^phase|Error|error|Traceback" $dir/log.txt | tail -n 25
   tar czf $OUT/$name.tgz -C /tmp/runs $name
-done
+}
+if [ "${PARALLEL:-0}" = 1 ]; then
+  # one TP1 job per GPU at once (job i on GPU i), outputs kept apart: a 70B's 20+ ms steps hide
+  # the shared host's launches; an 8B's do not (profiles/README.md, "Re-recorded ...")
+  i=0; rm -f /tmp/runs.*.txt
+  for spec in "$@"; do
+    (export CUDA_VISIBLE_DEVICES=$i; run_job "$spec" > /tmp/runs.$i.txt 2>&1) &
+    i=$((i + 1)); sleep 15  # engines start one after the other (compile caches, ports)
+  done
+  wait
+  cat /tmp/runs.*.txt
+else
+  for spec in "$@"; do run_job "$spec"; done
+fi
