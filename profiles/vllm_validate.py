@@ -72,10 +72,10 @@ def request_samples(phase: dict) -> tuple[dict[str, tuple[np.ndarray, np.ndarray
     return samples, {"t0": min(first), "t1": max(last), "output_tokens": tokens}
 
 
-def real_metrics(phase: dict) -> dict:
-    """The summary sections of `METRICS` from a real replay phase, and its ``window``
-    (`request_samples`)."""
-    samples, window = request_samples(phase)
+def real_metrics(phase: dict, measured: tuple | None = None) -> dict:
+    """The summary sections of `METRICS` from a real replay phase, and its ``window``;
+    ``measured``: the phase's `request_samples`, when the caller has them already."""
+    samples, window = measured or request_samples(phase)
     out = {sec: _pcts(v) for sec, (v, _) in samples.items()}
     span = window["t1"] - window["t0"]
     out["throughput"] = {
@@ -180,12 +180,13 @@ def as_submitted(cfg: dict, phase: dict, folder: Path) -> dict:
     return out
 
 
-def compare(cfg: dict, where: str, phase: dict) -> dict:
-    """Per-metric sim / real - 1 (``cfg`` as the requests were submitted: `as_submitted`)."""
+def compare(cfg: dict, where: str, phase: dict, measured: tuple) -> dict:
+    """Per-metric sim / real - 1 (``cfg`` as the requests were submitted: `as_submitted`;
+    ``measured``: the phase's `request_samples`)."""
     sim, sim_steps = simulate(cfg, where)
-    real = real_metrics(phase)
+    real = real_metrics(phase, measured)
     rows = []
-    ci = percentile_intervals(request_samples(phase)[0], len(phase["requests"]))
+    ci = percentile_intervals(measured[0], len(phase["requests"]))
     for sec, st in METRICS:
         s, r = sim[sec][st], real[sec][st]
         row = {"metric": f"{sec}.{st}", "sim": s, "real": r, "err": s / r - 1}
@@ -208,16 +209,17 @@ def report_case(cfg: dict, where: str, phase: dict, steps: list[dict]) -> dict:
     """`compare` on the arrivals as submitted, plus, when the engine's steps were recorded,
     the real batches and the step-by-step scheduling match (`schedule_match`)."""
     scheduled = check_same_run(cfg, where, phase)
+    measured = request_samples(phase)
     with tempfile.TemporaryDirectory() as tmp:
         submitted = as_submitted(cfg, phase, Path(tmp))
-        res = compare(submitted, where, phase)
+        res = compare(submitted, where, phase, measured)
         res["submit_lag_ms"] = submit_lag_ms(scheduled, phase)
         if steps:
-            res["real_steps"] = real_batch_stats(steps, phase)
-            res["token_gaps_engine_vs_client_ms"] = engine_vs_client_gaps(
-                phase_steps(steps, phase), phase
-            )
-            res["schedule_match"] = schedule_match(submitted, where, phase, steps)
+            real = phase_steps(steps, phase)
+            res["real_steps"] = real_batch_stats(real)
+            gaps = measured[0]["itl_s"][0]
+            res["token_gaps_engine_vs_client_ms"] = engine_vs_client_gaps(real, gaps)
+            res["schedule_match"] = schedule_match(submitted, where, real)
     return res
 
 
@@ -246,9 +248,9 @@ def _batch_stats(decodes, prefill) -> dict:
     }
 
 
-def real_batch_stats(steps: list[dict], phase: dict) -> dict:
-    rows = phase_steps(steps, phase)
-    return _batch_stats([r["decode_seqs"] for r in rows], [r["prefill_tokens"] for r in rows])
+def real_batch_stats(real: list[dict]) -> dict:
+    """Batch sizes of a phase's steps (`phase_steps`)."""
+    return _batch_stats([r["decode_seqs"] for r in real], [r["prefill_tokens"] for r in real])
 
 
 class ReplayExecutor:
@@ -272,15 +274,16 @@ class ReplayExecutor:
         return self.latency.step_time(*features) + plan.extra_s + wake
 
 
-def engine_vs_client_gaps(real: list[dict], phase: dict) -> dict:
+def engine_vs_client_gaps(real: list[dict], itl_s: np.ndarray) -> dict:
     """Where token gaps widen: the engine's busy step intervals, weighted by the tokens each
     step emitted (what the client's gaps would be with a constant delivery delay, as the
     simulator charges it), beside the client's measured nonzero token gaps (p50 / p95 / p99,
     ms). A client tail above the engine's is delivery jitter between the engine core and the
-    client, which no step-time model produces. ``real``: the phase's steps (`phase_steps`)."""
+    client, which no step-time model produces. ``real``: the phase's steps (`phase_steps`);
+    ``itl_s``: its client token gaps in seconds (`request_samples`)."""
     dur = np.array([r["dur_us"] * 1e-3 for r in real if not r["after_idle"]])
     tok = np.array([r["decode_seqs"] for r in real if not r["after_idle"]], dtype=float)
-    gaps = request_samples(phase)[0]["itl_s"][0] * 1e3
+    gaps = itl_s * 1e3
     gaps = gaps[gaps > 0]
     if not len(dur) or not tok.sum() or not len(gaps):
         return {}
@@ -301,13 +304,13 @@ def phase_steps(steps: list[dict], phase: dict) -> list[dict]:
     return step_rows([s for s in steps if phase["t0"] <= s["t_done"] <= phase["t1"]])
 
 
-def schedule_match(cfg: dict, where: str, phase: dict, steps: list[dict]) -> dict:
+def schedule_match(cfg: dict, where: str, real: list[dict]) -> dict:
     """Fraction of steps whose composition (prefill tokens, running decodes) the ``vllm`` policy
-    plans exactly as vLLM did, given vLLM's measured step times (`ReplayExecutor`)."""
+    plans exactly as vLLM did, given vLLM's measured step times (`ReplayExecutor`); ``real``:
+    the phase's steps (`phase_steps`)."""
     from simulator.runner import build
     from simulator.runner import simulate as run
 
-    real = phase_steps(steps, phase)
     built = build(copy.deepcopy(cfg), where, Path(where).resolve().parent)
     ex = ReplayExecutor([r["dur_us"] * 1e-6 for r in real], built.latency)
     res = run(built, executor_factory=lambda latency, i: ex)
@@ -343,8 +346,9 @@ def launch_waits_vs_table(latency, real: list[dict]) -> dict | None:
         if not r["prefill_behind"] or prev["prefill_tokens"] or prev["after_idle"]:
             continue
         if prev["dur_us"] * 1e-6 > LAUNCH_SHOWS * latency.predict_row(prev):
-            graph = latency.padded(r["prefill_tokens"] + r["decode_seqs"]) <= latency.max_graph
-            seen[graph].append(prev["dur_us"] * 1e-3)
+            seen[latency.runs_in_graph(r["prefill_tokens"] + r["decode_seqs"])].append(
+                prev["dur_us"] * 1e-3
+            )
 
     def stats(v) -> dict:
         q = np.percentile(v, [10, 50, 90]).round(2).tolist() if len(v) else []

@@ -68,7 +68,8 @@ def test_engine_vs_client_gaps_by_hand():
     for k in range(1, 101):
         times.append([times[-1][0] + (0.014 if k % 10 == 0 else 0.010), 1])
     phase = {"requests": {"a": {"t_submit": 0.0, "times": times}}}
-    got = vllm_validate.engine_vs_client_gaps(real, phase)
+    gaps = vllm_validate.request_samples(phase)[0]["itl_s"][0]
+    got = vllm_validate.engine_vs_client_gaps(real, gaps)
     assert got["engine_steps_token_weighted"] == [10.0, 10.0, 30.0]
     assert got["client_gaps"][0] == pytest.approx(10.0)
     assert got["client_gaps"][1] == pytest.approx(14.0)
@@ -83,8 +84,8 @@ class _Table:
     def predict_row(self, r):
         return 0.010
 
-    def padded(self, n):
-        return n
+    def runs_in_graph(self, tokens):
+        return tokens <= self.max_graph
 
 
 def test_launch_waits_serving_beside_the_table_by_hand():

@@ -128,7 +128,9 @@ class EngineStepModel:
         self.energy, self.energy_note = table_energy(self.dir, self.meta, self.name, tp)
         # first without launched pairs; then the pairs behind decode steps as the fit says
         # they ran (no launch time is known yet, so none behind a prefill step shows), which
-        # gives the launch times; then also those behind prefill steps
+        # gives the launch times; then also those behind prefill steps. The decode curve's
+        # knots are taken on the first pass, which leaves the fewest steps a target.
+        self.decode_knots: tuple[int, ...] | None = None
         for _ in range(3):
             self._attribute()
             self.fit([r for r in self.rows if r["split"] == "train" and _usable(r)])
@@ -149,6 +151,11 @@ class EngineStepModel:
         """The CUDA-graph size a batch of ``n`` tokens runs at (``n`` beyond the largest)."""
         i = bisect.bisect_left(self.capture_sizes, n)
         return self.capture_sizes[i] if i < len(self.capture_sizes) else n
+
+    def runs_in_graph(self, tokens: int) -> bool:
+        """Whether a step of ``tokens`` tokens replays a CUDA graph (is launched as one) rather
+        than running eager code above the largest capture size."""
+        return tokens <= self.max_graph
 
     def _is_graph_decode(self, prefill_tokens: int, decode_seqs: int) -> bool:
         return prefill_tokens == 0 and 0 < decode_seqs <= self.max_graph
@@ -235,25 +242,25 @@ class EngineStepModel:
         waits: dict[bool, list[float]] = {True: [], False: []}
         for r in train:
             if r["next_tokens"]:
-                waits[self.padded(r["next_tokens"]) <= self.max_graph].append(r["wait_s"])
+                waits[self.runs_in_graph(r["next_tokens"])].append(r["wait_s"])
         self.launch_waits = {k: sorted(v) if len(v) >= 3 else [0.0] for k, v in waits.items()}
         self.launch = {k: float(np.median(v)) for k, v in self.launch_waits.items()}
 
     def launch_s(self, tokens: int) -> float:
         """Host time to launch a step of ``tokens`` tokens (`_fit_launch`)."""
-        return self.launch[self.padded(tokens) <= self.max_graph]
+        return self.launch[self.runs_in_graph(tokens)]
 
     def launch_quantile_s(self, tokens: int, u: float) -> float:
         """The ``u``-quantile (0 <= u <= 1) of the measured launch times of a step of ``tokens``
         tokens' kind (`_fit_launch`); `SimulatedExecutor` draws each launch this way."""
-        return sorted_quantile(self.launch_waits[self.padded(tokens) <= self.max_graph], u)
+        return sorted_quantile(self.launch_waits[self.runs_in_graph(tokens)], u)
 
     def fit(self, train: list[dict]) -> None:
         """Non-negative median regression on relative error, each regime on its own steps."""
         train = [r for r in train if r["target"] is not None]
         dec = [r for r in train if self._is_graph_decode(r["prefill_tokens"], r["decode_seqs"])]
         mix = [r for r in train if not self._is_graph_decode(r["prefill_tokens"], r["decode_seqs"])]
-        if not hasattr(self, "decode_knots"):  # the first pass has the fewest targets
+        if self.decode_knots is None:
             self.decode_knots = self._measured_sizes(dec)
         if len(self.decode_knots) < 2 or len(mix) < 2 * len(TOKEN_KNOTS):
             raise ConfigError(
@@ -268,7 +275,7 @@ class EngineStepModel:
         k = len(self.decode_knots)
         self._graph_w = {p: float(np.dot(hat(p, self.decode_knots), self.c_dec[:k]))
                          for p in self.capture_sizes}  # fmt: skip
-        self._c_ctx, self._c_max = float(self.c_dec[k]), float(self.c_dec[k + 1])
+        self._c_ctx, self._c_max, self._c_idle = (float(c) for c in self.c_dec[k : k + 3])
         self.far_off = n_dec + n_mix
         self.train_steps = len(train)
 
@@ -316,19 +323,22 @@ class EngineStepModel:
         decode_max: int = 0,
     ) -> float:
         if self._is_graph_decode(prefill_tokens, decode_seqs):
-            mx = decode_max or decode_ctx / decode_seqs  # as `_decode_x`
-            return (
-                self._graph_w[self.padded(decode_seqs)]
-                + self._c_ctx * decode_ctx
-                + self._c_max * mx
-            )
+            return self._graph_decode_s(decode_seqs, decode_ctx, decode_max)
         x = self._mixed_x(prefill_tokens, prefill_attn, prefill_seqs, decode_seqs, decode_ctx)
         return float(np.dot(x, self.c_mix))
 
+    def _graph_decode_s(self, b: int, ctx: int, mx: int) -> float:
+        """A graph-replayed decode step of ``b`` sequences on a busy engine: the measured
+        graph size's value (`_graph_w`) plus its KV read and longest-context terms."""
+        mx = mx or ctx / b  # as `_decode_x`
+        return self._graph_w[self.padded(b)] + self._c_ctx * ctx + self._c_max * mx
+
     def _own(self, r: dict) -> float:
-        """The step's time from its regime's coefficients (its idle start included)."""
+        """The step's time from its regime's coefficients (its idle start included): what
+        `step_time` charges, plus the idle term."""
         if self._is_graph_decode(r["prefill_tokens"], r["decode_seqs"]):
-            return float(np.dot(self._row_decode_x(r), self.c_dec))
+            busy = self._graph_decode_s(r["decode_seqs"], r["decode_ctx"], r["decode_max"])
+            return busy + self._c_idle * r["after_idle"]
         return float(np.dot(self._row_mixed_x(r), self.c_mix))
 
     def predict_row(self, r: dict) -> float:
