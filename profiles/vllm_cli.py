@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from profiles import engine_jobs, vllm_validate
+from profiles import engine_jobs, vllm_grid, vllm_validate
 from profiles.cli import _resolve_model, gpu_key
 from profiles.hf_config import write_model_dir
 from profiles.vllm_steps import read_steps
@@ -46,6 +46,12 @@ def profile_main(argv: list[str]) -> int:
     ap.add_argument("--gpu-key", default=None, help="table folder name (default from the GPU)")
     ap.add_argument("--out", required=True, help="table folder (raw runs go to OUT/raw)")
     ap.add_argument("--rebuild", action="store_true", help="rebuild OUT from OUT/raw (no GPU)")
+    ap.add_argument(
+        "--repeats",
+        type=positive_int,
+        default=vllm_grid.REPEATS,
+        help="passes over the scenario grid; a step's time is the median of its repeats",
+    )
     a = ap.parse_args(argv)
     spec = dataclasses.replace(
         _resolve_model(a.model), weights=a.weights, kv_cache_dtype=a.kv_cache_dtype
@@ -53,7 +59,8 @@ def profile_main(argv: list[str]) -> int:
     out = check_out_dir(a.out)
     raw = out / "raw"
     if not a.rebuild:
-        _run_engine_job(spec, a.tp, raw, [{"name": "profile", "kind": "profile"}])
+        phase = {"name": "profile", "kind": "profile", "repeats": a.repeats}
+        _run_engine_job(spec, a.tp, raw, [phase])
     return _build_and_report(raw, out, a.gpu_key, spec, a.tp)
 
 

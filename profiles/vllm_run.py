@@ -164,7 +164,10 @@ async def run_scenario(client: Client, sc: dict) -> dict:
         )
     else:
         await _inject(client, sc)
-    return {"id": sid, "split": sc["split"], "t0": t0, "t1": time.monotonic()}
+    rec = {"id": sid, "split": sc["split"], "t0": t0, "t1": time.monotonic()}
+    if "repeat_of" in sc:
+        rec["repeat_of"] = sc["repeat_of"]
+    return rec
 
 
 async def _inject(client: Client, sc: dict) -> None:
@@ -216,6 +219,8 @@ async def run_profile(client: Client, phase: dict, facts: dict, out: Path) -> di
         phase.get("max_scenario_tokens", vllm_grid.MAX_SCENARIO_TOKENS),
     )
     scs = scs[: phase["limit"]] if phase.get("limit") else scs  # a smoke test's few
+    grid = len(scs)
+    scs = vllm_grid.repeated(scs, phase.get("repeats", 1))
     partial = out / f"{phase['name']}.partial.jsonl"
     done = {d["scenario"]["id"] for d in read_partial(partial)} if phase.get("resume") else set()
     if not phase.get("resume"):
@@ -231,7 +236,11 @@ async def run_profile(client: Client, phase: dict, facts: dict, out: Path) -> di
         print(f"[{phase['name']}] {sc['id']}: {rec['t1'] - rec['t0']:.2f} s", flush=True)
     finished = read_partial(partial)
     client.records = {k: v for d in finished for k, v in d["requests"].items()}
-    return {"scenarios": [d["scenario"] for d in finished], "grid_scenarios": len(scs)}
+    return {
+        "scenarios": [d["scenario"] for d in finished],
+        "grid_scenarios": grid,
+        "repeats": phase.get("repeats", 1),
+    }
 
 
 def read_partial(path: Path) -> list[dict]:

@@ -147,6 +147,62 @@ def flag_early_stamps(rows: list[dict], served, gpu) -> int:
     return tagged
 
 
+#: a repeat's step and the base pass's step are one composition when their decode context and
+#: prefill attention sums differ by at most this fraction (one decode token per sequence moves
+#: a 128-token batch's context by 0.8%; prefill chunks start where the submission burst ended)
+REPEAT_MATCH_TOL = 0.01
+
+
+def group_repeats(rows: list[dict], scenarios: list[dict]) -> int:
+    """Give every row a ``group``: the index (in ``rows``) of the base pass's step of the same
+    composition when the row ran in a repeat scenario (`profiles.vllm_grid.repeated`), else its
+    own index; returns how many repeat steps joined a base step.
+
+    Same composition: the repeat's scenario repeats the base step's, with the same prefill
+    tokens and sequences, decode sequences, idle start and launch position, and decode context
+    and prefill attention within ``REPEAT_MATCH_TOL``; each base step takes at most one step of
+    each pass, the nearest. Steps left out of the fit (``burst``) neither lead nor join a group.
+    Why not by position: a batch's first chunks depend on how fast its submission burst
+    arrived, which moves every later context of the same scenario a little."""
+    base_of = {s["id"]: s.get("repeat_of") for s in scenarios}
+    heads: dict[tuple, list[int]] = {}
+    for i, r in enumerate(rows):
+        r["group"] = i
+        if not base_of.get(r["scenario"]) and not r["burst"]:
+            heads.setdefault((r["scenario"], *_composition(r)), []).append(i)
+    taken: set[tuple[int, str]] = set()
+    joined = 0
+    for r in rows:
+        base = base_of.get(r["scenario"])
+        if not base or r["burst"]:
+            continue
+        near = [
+            (_distance(rows[h], r), h)
+            for h in heads.get((base, *_composition(r)), ())
+            if (h, r["scenario"]) not in taken
+        ]
+        if near and min(near)[0] <= REPEAT_MATCH_TOL:
+            h = min(near)[1]
+            taken.add((h, r["scenario"]))
+            r["group"] = h
+            joined += 1
+    return joined
+
+
+def _composition(r: dict) -> tuple:
+    return (
+        r["prefill_tokens"], r["prefill_seqs"], r["decode_seqs"], r["after_idle"],
+        r["prefill_behind"],
+    )  # fmt: skip
+
+
+def _distance(a: dict, b: dict) -> float:
+    """The larger relative difference of two steps' decode context and prefill attention."""
+    return max(
+        abs(a[k] - b[k]) / max(abs(a[k]), abs(b[k]), 1.0) for k in ("decode_ctx", "prefill_attn")
+    )
+
+
 def frontend_delays(phase: dict, steps: list[dict]) -> dict:
     """The serving path outside the engine loop.
 
@@ -344,6 +400,8 @@ def load_profile_phase(run_dir: Path) -> dict:
         "scenarios": [d["scenario"] for d in finished],
         "requests": {k: v for d in finished for k, v in d["requests"].items()},
         "cut_short": True,
+        "repeats": 1 + sum(1 for d in finished if d["scenario"].get("repeat_of"))
+        // max(1, sum(1 for d in finished if not d["scenario"].get("repeat_of"))),
     }
 
 
@@ -359,6 +417,7 @@ def build_table(run_dir: Path, out_dir: Path, gpu_key: str, spec: ModelSpec, tp:
     steps = read_steps(str(run_dir / "steps.jsonl"))
     rows, dropped = label(step_rows(steps), phase["scenarios"], bursts)
     early = flag_early_stamps(rows, ShardedModel(spec, tp), load_gpu(gpu_key, "--gpu-key", "gpu"))
+    joined = group_repeats(rows, phase["scenarios"])
     frontend = frontend_delays(phase, steps)
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "steps.csv", "w", newline="") as f:
@@ -375,6 +434,8 @@ def build_table(run_dir: Path, out_dir: Path, gpu_key: str, spec: ModelSpec, tp:
             "recorded": len(rows) + dropped,
             "outside_scenarios": dropped,
             "early_stamp_steps_left_out": early,
+            "repeats": phase.get("repeats", 1),
+            "repeat_steps_joined": joined,
             "scenarios": len(phase["scenarios"]),
             "grid_scenarios": phase.get("grid_scenarios"),
             "cut_short": bool(phase.get("cut_short")),

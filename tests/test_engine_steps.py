@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from profiles import engine_jobs, vllm_validate
-from profiles.vllm_grid import prompt_ids, scenarios
+from profiles.vllm_grid import prompt_ids, repeated, scenarios
 from profiles.vllm_steps import composition
-from profiles.vllm_table import frontend_delays, label, step_rows
+from profiles.vllm_table import frontend_delays, group_repeats, label, step_rows
 from simulator.errors import ConfigError
 from simulator.latency.engine_steps import (
     STEP_COLUMNS,
@@ -133,6 +133,45 @@ def test_grid_is_seeded_split_by_scenario_and_bounded():
     # distinct requests get distinct prompts (no prefix-cache hits between them)
     assert prompt_ids(0, "x/0", 64, 1000) != prompt_ids(0, "x/1", 64, 1000)
     assert prompt_ids(0, "x/0", 64, 1000) == prompt_ids(0, "x/0", 64, 1000)
+
+
+def test_repeated_passes_get_distinct_ids_and_the_base_split():
+    base = scenarios(8192, 900_000, seed=0)
+    runs = repeated(base, 3)
+    assert len(runs) == 3 * len(base) and runs[: len(base)] == base  # pass after pass
+    assert len({s["id"] for s in runs}) == len(runs)  # distinct request ids: no prefix hits
+    second = runs[len(base)]
+    assert second["id"] == base[0]["id"] + "~r1" and second["repeat_of"] == base[0]["id"]
+    assert second["split"] == base[0]["split"] and second["prompts"] == base[0]["prompts"]
+    assert repeated(base, 1) == base
+    with pytest.raises(ValueError):
+        repeated(base, 0)
+
+
+def _comp(sc, pt, b, ctx, burst=0):
+    return {
+        "scenario": sc, "prefill_tokens": pt, "prefill_seqs": int(pt > 0), "decode_seqs": b,
+        "decode_ctx": ctx, "prefill_attn": 0.0, "after_idle": 0, "prefill_behind": 0,
+        "burst": burst,
+    }  # fmt: skip
+
+
+def test_group_repeats_joins_each_pass_to_the_nearest_same_composition_comp():
+    scen = [{"id": "s"}, {"id": "s~r1", "repeat_of": "s"}, {"id": "s~r2", "repeat_of": "s"}]
+    rows = [
+        _comp("s", 0, 8, 8000),  # 0
+        _comp("s", 0, 8, 8008),  # 1
+        _comp("s", 64, 8, 8016, burst=1),  # 2: a burst step leads no group
+        _comp("s~r1", 0, 8, 8009),  # 3 -> 1 (nearest), not 0
+        _comp("s~r1", 0, 8, 8001),  # 4 -> 0
+        _comp("s~r1", 64, 8, 8016),  # 5: its base step is a burst step: alone
+        _comp("s~r2", 0, 8, 8007),  # 6 -> 1
+        _comp("s~r2", 0, 8, 8200),  # 7: 2.4% from every base step: alone
+        _comp("s~r2", 0, 16, 8000),  # 8: another batch: alone
+        _comp("s~r2", 0, 8, 8008, burst=2),  # 9: left out of the fit: alone
+    ]
+    assert group_repeats(rows, scen) == 3
+    assert [r["group"] for r in rows] == [0, 1, 2, 1, 0, 5, 1, 7, 8, 9]
 
 
 # --------------------------------------------------------------------------- the model
@@ -255,6 +294,33 @@ def test_a_monotone_engine_gives_a_model_non_decreasing_in_every_feature(tmp_pat
     assert all(b >= a - 1e-12 for a, b in zip(dec, dec[1:], strict=False))
     assert all(b >= a - 1e-12 for a, b in zip(mix, mix[1:], strict=False))
     assert m.step_time(500, 1e6, 1, 10, 10_000) <= m.step_time(500, 2e6, 1, 10, 20_000)
+
+
+def test_each_composition_is_fitted_and_judged_on_the_median_of_its_repeats(tmp_path):
+    """Three passes of the same steps; the second pass stalls on every fifth step (+60%, a
+    held engine loop). The median of three is the law again; single intervals are not."""
+    d = _table(tmp_path)
+    rows = list(csv.DictReader(open(d / "steps.csv")))
+    n = len(rows)
+    out = []
+    for p in range(3):
+        for i, r in enumerate(rows):
+            stall = 1.6 if p == 1 and i % 5 == 0 else 1.0
+            out.append(
+                {**r, "step_id": p * n + i, "scenario": f"{r['scenario']}~r{p}", "group": i,
+                 "dur_us": float(r["dur_us"]) * stall}
+            )  # fmt: skip
+    with open(d / "steps.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=STEP_COLUMNS)
+        w.writeheader()
+        w.writerows(out)
+    h = EngineStepModel(d, "toy", 1).heldout()
+    (tmp_path / "once").mkdir()
+    once = EngineStepModel(_table(tmp_path / "once"), "toy", 1).heldout()
+    assert h["all"]["steps"] == once["all"]["steps"]  # one value per composition
+    assert h["all"]["p95"] == pytest.approx(once["all"]["p95"], rel=1e-6)
+    assert h["single_intervals"]["steps"] == 3 * once["all"]["steps"]
+    assert h["single_intervals"]["max"] > 0.35  # a stalled interval, judged alone
 
 
 def test_frontend_is_read_from_the_table(tmp_path):

@@ -26,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 
-from profiles import engine_jobs, vllm_validate  # noqa: E402
+from profiles import engine_jobs, vllm_grid, vllm_validate  # noqa: E402
 from profiles.hf_config import write_model_dir  # noqa: E402
 from profiles.vllm_steps import read_steps  # noqa: E402
 from simulator.models import load_model  # noqa: E402
@@ -115,8 +115,10 @@ def _profile_job(out: Path, name: str, job: dict) -> None:
     # resumable: with RESUME=1, device_vllm.sh keeps a cut-short run's folder and this phase
     # skips the scenarios it finished
     phase = {"name": "profile", "kind": "profile", "seed": 0, "resume": True}
-    if "70b" in name:  # its prefill is ~9x an 8B's: a smaller grid fits one GPU call
+    phase["repeats"] = vllm_grid.REPEATS
+    if "70b" in name:  # its prefill is ~9x an 8B's: a smaller grid, once, fits one GPU call
         phase["max_scenario_tokens"] = 120_000
+        phase["repeats"] = 1
     prof = {**job, "phases": [phase]}
     (out / f"{name}_profile.json").write_text(json.dumps(prof))
 
