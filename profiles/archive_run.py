@@ -10,7 +10,10 @@ What moves, and why each file is kept:
 * ``energy.<pid>.jsonl`` -> ``energy.json.gz``, the merged record `read_energy` returns
   (``--energy-gpus``: only the GPUs the engine ran on, for a run that read every GPU);
 * a profile phase -> ``profile.json.gz``; a run cut short keeps the scenarios it finished and
-  says so (``cut_short: true``), so a table built from it can report its missing scenarios;
+  says so (``cut_short: true``), so a table built from it can report its missing scenarios.
+  Each profiling request keeps its first token's time only (``first_token_only: true``): the
+  table reads nothing later (`profiles.vllm_table.frontend_delays`), and a three-pass grid's
+  every token is 4.8 MB a table, which the lent GPU machine's 64 MiB carry could not hold;
 * a replay's per-case ``<case>.json.gz`` files, unchanged.
 
 Nothing is dropped silently: a run folder with neither steps nor a phase file is an error.
@@ -34,6 +37,12 @@ from simulator.errors import ConfigError
 def _write_gz_json(path: Path, obj) -> None:
     with gzip.open(path, "wt") as f:
         json.dump(obj, f)
+
+
+def first_token_only(phase: dict) -> dict:
+    """A profile phase whose requests keep only their first token's time (module docstring)."""
+    reqs = {k: {**r, "times": r.get("times", [])[:1]} for k, r in phase["requests"].items()}
+    return {**phase, "requests": reqs, "first_token_only": True}
 
 
 def archive(run_dir: Path, dest: Path, energy_gpus: list[int] | None = None) -> list[str]:
@@ -70,7 +79,7 @@ def archive(run_dir: Path, dest: Path, energy_gpus: list[int] | None = None) -> 
         _write_gz_json(dest / "energy.json.gz", energy)
         written.append("energy.json.gz")
     if (run_dir / "profile.json.gz").is_file() or (run_dir / "profile.partial.jsonl").is_file():
-        _write_gz_json(dest / "profile.json.gz", load_profile_phase(run_dir))
+        _write_gz_json(dest / "profile.json.gz", first_token_only(load_profile_phase(run_dir)))
         written.append("profile.json.gz")
     for case in sorted(run_dir.glob("*.json.gz")):
         if case.name not in ("profile.json.gz", "energy.json.gz"):

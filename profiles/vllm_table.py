@@ -400,7 +400,8 @@ def load_profile_phase(run_dir: Path) -> dict:
         "scenarios": [d["scenario"] for d in finished],
         "requests": {k: v for d in finished for k, v in d["requests"].items()},
         "cut_short": True,
-        "repeats": 1 + sum(1 for d in finished if d["scenario"].get("repeat_of"))
+        "repeats": 1
+        + sum(1 for d in finished if d["scenario"].get("repeat_of"))
         // max(1, sum(1 for d in finished if not d["scenario"].get("repeat_of"))),
     }
 

@@ -31,7 +31,10 @@ def _run(tmp_path, cut_short: bool):
     )
     (run / "steps.jsonl.12").write_text(json.dumps(_step(0, 2.0)) + "\n")
     (run / "energy.7.jsonl").write_text('{"period_s": 0.02}\n[0.5, [100]]\n[1.5, [900]]\n')
-    scen = {"scenario": {"id": "dec_b1", "t0": 0.9, "t1": 3.1}, "requests": {"dec_b1/0": {}}}
+    scen = {
+        "scenario": {"id": "dec_b1", "t0": 0.9, "t1": 3.1},
+        "requests": {"dec_b1/0": {"times": [[1.2, 1], [1.3, 1]]}},
+    }
     if cut_short:
         (run / "profile.partial.jsonl").write_text(json.dumps(scen) + "\n{cut")
     with gzip.open(run / "conv_light.json.gz", "wt") as f:
@@ -51,6 +54,8 @@ def test_a_cut_short_run_is_archived_whole(tmp_path):
     assert energy["t"] == [0.5, 1.5] and energy["mj"] == [[100], [900]]
     phase = load_profile_phase(dest)
     assert phase["cut_short"] is True and [s["id"] for s in phase["scenarios"]] == ["dec_b1"]
+    # a profiling request keeps its first token only: the table reads nothing later
+    assert phase["requests"]["dec_b1/0"]["times"] == [[1.2, 1]] and phase["first_token_only"]
 
 
 def test_energy_of_gpus_the_engine_did_not_use_is_dropped(tmp_path):
