@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from simulator.hf_catalog import HF_CONFIGS
 from simulator.models import ModelSpec
 from simulator.precision import Precision
 
@@ -23,9 +24,31 @@ from simulator.precision import Precision
 _ROPE_THETA = {"llama-3": 500000.0, "llama-3.1": 500000.0, "qwen2.5": 1000000.0}
 
 
+#: fields a published config.json has that the catalog's subsets leave out (they change no
+#: shape: numerics and token ids), for the architectures an engine table was measured on from a
+#: catalog subset (`simulator.hf_catalog`)
+_PUBLISHED_EXTRAS = {
+    "Qwen3MoeForCausalLM": {
+        "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "hidden_act": "silu",
+        "attention_bias": False, "norm_topk_prob": True, "bos_token_id": 151643,
+        "eos_token_id": 151645,
+    },
+}  # fmt: skip
+
+
 def hf_config(spec: ModelSpec) -> dict:
     """The ``config.json`` dict for ``spec``; int4 weights add a GPTQ checkpoint's
-    ``quantization_config`` and fp8 weights an FP8 one (see `engine_precision`)."""
+    ``quantization_config`` and fp8 weights an FP8 one (see `engine_precision`). A catalog
+    model whose published config servesim ships (`simulator.hf_catalog`) for an architecture
+    in ``_PUBLISHED_EXTRAS`` gets that config (the same numbers its `ModelSpec` was read
+    from), completed; Llama- and Qwen2-style models are written from the spec."""
+    published = HF_CONFIGS.get(spec.name)
+    if published and published[1]["architectures"][0] in _PUBLISHED_EXTRAS:
+        cfg = {**published[1], **_PUBLISHED_EXTRAS[published[1]["architectures"][0]]}
+        cfg["torch_dtype"] = "bfloat16"
+        cfg["max_position_embeddings"] = spec.max_model_len
+        cfg.update(engine_precision(spec.weights, spec.kv_cache_dtype)[0])
+        return cfg
     family = spec.name.rsplit("-", 1)[0]
     qwen = spec.qkv_bias
     cfg = {

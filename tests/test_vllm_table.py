@@ -92,6 +92,21 @@ def test_precision_becomes_checkpoint_config_and_engine_args():
         engine_precision("int8", "bf16")
 
 
+def test_a_moe_models_engine_config_is_its_published_one_and_reads_back_to_its_spec():
+    from simulator.hf_catalog import HF_CONFIGS
+    from simulator.hf_models import spec_from_hf_config
+
+    spec = MODELS["qwen3-30b-a3b"]
+    cfg = hf_config(spec)
+    assert cfg["architectures"] == ["Qwen3MoeForCausalLM"]
+    # every published number the catalog keeps is there unchanged, and no quantization
+    assert {k: cfg[k] for k in HF_CONFIGS["qwen3-30b-a3b"][1]} == HF_CONFIGS["qwen3-30b-a3b"][1]
+    assert "quantization_config" not in cfg and cfg["norm_topk_prob"] is True
+    assert spec_from_hf_config(cfg, "generated", spec.name) == spec
+    # dense Llama-style models are still written from the spec
+    assert hf_config(MODELS["llama-3-8b"])["architectures"] == ["LlamaForCausalLM"]
+
+
 def test_a_run_that_loaded_another_precisions_weights_is_refused(tmp_path):
     import dataclasses
 

@@ -44,6 +44,7 @@ SERVED = {
     "llama-3-70b": "llama-3-70b",
     "llama-3-70b-fp8": "{base: llama-3-70b, weights: fp8, kv_cache_dtype: fp8}",
     "llama-3-70b-int4": "{base: llama-3-70b, weights: int4}",
+    "qwen3-30b-a3b": "qwen3-30b-a3b",
 }
 
 
@@ -83,6 +84,7 @@ PROFILES_ONLY = (
     ("h200_llama-3-8b-int4", "llama-3-8b-int4", 1),
     ("h200_llama-3-70b-fp8", "llama-3-70b-fp8", 1),
     ("h200_llama-3-70b-int4", "llama-3-70b-int4", 1),
+    ("h200_qwen3-30b-a3b", "qwen3-30b-a3b", 1),  # MoE: needs the carried _moe_C parts
 )
 
 
