@@ -180,10 +180,15 @@ def energy_model(latency, gpu, tp: int):
 
 
 def energy_summary(model, steps: dict, *, duration_s: float, replicas: int, tp: int,
-                   output_tokens: int, tokens: int, usd_per_kwh: float) -> dict:  # fmt: skip
+                   output_tokens: int, tokens: int, usd_per_kwh: float,
+                   tdp_w: float | None = None) -> dict:  # fmt: skip
     """summary.json's ``energy`` section: the whole run's joules (all replicas; idle included
     for measured tables), average power per replica and per GPU, joules per output token, and
-    the energy's cost at ``usd_per_kwh`` (per million tokens, input + output, as ``cost``)."""
+    the energy's cost at ``usd_per_kwh`` (per million tokens, input + output, as ``cost``).
+    A measured model whose average power per GPU comes out above the GPU's TDP (``tdp_w``)
+    gets a ``warning``: no board averages more than its power limit, so the linear fit is
+    extrapolating past the scenarios it was fitted on (seen: 759 W on a 700 W H200, a MoE
+    table whose scenarios drew at most 702 W)."""
     out = {"source": model.source, "kind": model.kind, "usd_per_kwh": usd_per_kwh}
     if isinstance(model, UnknownEnergy):
         nulls = ("joules", "idle_joules", "busy_joules", "avg_power_w", "joules_per_output_token",
@@ -194,6 +199,12 @@ def energy_summary(model, steps: dict, *, duration_s: float, replicas: int, tp: 
     total = parts["idle"] + parts["busy"]
     usd = total / JOULES_PER_KWH * usd_per_kwh
     per_replica = total / replica_s if replica_s > 0 else 0.0
+    if model.kind == "measured" and tdp_w and per_replica / tp > tdp_w:
+        out["warning"] = (
+            f"average power {per_replica / tp:.0f} W per GPU exceeds the GPU's TDP ({tdp_w:.0f} "
+            f"W): the energy model of {model.source} extrapolates beyond its measured scenarios; "
+            "joules are an overestimate"
+        )
     return {
         **out,
         "joules": total,

@@ -212,6 +212,7 @@ def summarize(
         out["energy"] = energy_summary(
             energy, steps, duration_s=duration, replicas=len(replicas), tp=tp,
             output_tokens=out_tok, tokens=in_tok + out_tok, usd_per_kwh=usd_per_kwh,
+            tdp_w=getattr(gpu, "tdp_w", None),
         )  # fmt: skip
     return out
 

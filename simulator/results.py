@@ -102,6 +102,8 @@ def format_summary(summary: dict, name: str = "") -> str:
         )
     if summary.get("energy"):
         lines.append(energy_line(summary["energy"]))
+        if summary["energy"].get("warning"):
+            lines.append(f"warning: {summary['energy']['warning']}")
     for w in lat.get("warnings", []) or []:
         lines.append(f"warning: {w}")
     return "\n".join(lines)

@@ -123,6 +123,19 @@ def test_constant_power_table_charges_power_times_duration_exactly(tmp_path):
     assert e["avg_power_w"] == pytest.approx({"per_replica": power, "per_gpu": power / 2})
 
 
+def test_a_measured_model_averaging_above_the_gpus_tdp_is_flagged(tmp_path):
+    """A constant 800 W (per replica, one GPU) on an H200 (700 W TDP) is more than the board
+    can draw: the run says its joules extrapolate; 600 W is not flagged."""
+    for power, flagged in ((800.0, True), (600.0, False)):
+        path = tmp_path / f"e{power:.0f}.csv"
+        rows = read_energy_csv(_write_csv(path, _scenarios(lambda w, x, p=power: p * w)))
+        s, _ = _constant_run(gpu="h200", energy=MeasuredStepEnergy(rows, power, 1, "c", "e"))
+        assert s["energy"]["avg_power_w"]["per_gpu"] == pytest.approx(power)
+        assert ("warning" in s["energy"]) is flagged
+        if flagged:
+            assert "800 W per GPU exceeds the GPU's TDP (700 W)" in s["energy"]["warning"]
+
+
 def test_measured_busy_terms_add_to_idle_by_hand(tmp_path):
     rows = read_energy_csv(_write_csv(tmp_path / "energy.csv", _scenarios(_known_law)))
     s, steps = _constant_run(energy=MeasuredStepEnergy(rows, IDLE_W, 1, "toy", "e.csv"))
