@@ -321,6 +321,10 @@ def test_each_composition_is_fitted_and_judged_on_the_median_of_its_repeats(tmp_
     assert h["all"]["p95"] == pytest.approx(once["all"]["p95"], rel=1e-6)  # each step counts
     assert h["all"]["max"] == pytest.approx(once["all"]["max"], rel=1e-6)  # once, as if unstalled
     assert h["single_intervals"]["max"] > 0.35  # a stalled interval, judged alone
+    # the passes' own spread: every fifth composition has one timing 60% over its median
+    assert h["repeat_spread"]["max"] == pytest.approx(0.6, rel=1e-9)
+    assert h["repeat_spread"]["median"] == 0.0
+    assert once["repeat_spread"] == {"steps": 0}  # one pass: nothing to compare
 
 
 def test_frontend_is_read_from_the_table(tmp_path):
