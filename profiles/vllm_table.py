@@ -400,10 +400,15 @@ def load_profile_phase(run_dir: Path) -> dict:
         "scenarios": [d["scenario"] for d in finished],
         "requests": {k: v for d in finished for k, v in d["requests"].items()},
         "cut_short": True,
-        "repeats": 1
-        + sum(1 for d in finished if d["scenario"].get("repeat_of"))
-        // max(1, sum(1 for d in finished if not d["scenario"].get("repeat_of"))),
+        "repeats": _passes_finished([d["scenario"] for d in finished]),
     }
+
+
+def _passes_finished(scenarios: list[dict]) -> int:
+    """Whole passes over the grid a cut-short run finished (at least 1): its repeat scenarios
+    (`profiles.vllm_grid.repeated`) over its first pass's, plus that first pass."""
+    repeats = sum(1 for sc in scenarios if sc.get("repeat_of"))
+    return 1 + repeats // max(1, len(scenarios) - repeats)
 
 
 def build_table(run_dir: Path, out_dir: Path, gpu_key: str, spec: ModelSpec, tp: int) -> dict:

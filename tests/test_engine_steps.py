@@ -146,6 +146,11 @@ def test_repeated_passes_get_distinct_ids_and_the_base_split():
     assert repeated(base, 1) == base
     with pytest.raises(ValueError):
         repeated(base, 0)
+    # a run cut in its third pass finished two whole passes
+    from profiles.vllm_table import _passes_finished
+
+    assert _passes_finished(runs[: 2 * len(base) + 3]) == 2
+    assert _passes_finished(base[:5]) == 1
 
 
 def _comp(sc, pt, b, ctx, burst=0):

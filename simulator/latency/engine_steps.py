@@ -355,7 +355,7 @@ class EngineStepModel:
         out = error_summary(self, median_of_repeats(test))
         out["single_intervals"] = error_summary(self, [r for r in test if _usable(r)])["all"]
         out["repeat_spread"] = repeat_spread(test)
-        pairs = self._launched_pairs([r for r in self.rows if r["split"] == "test"])
+        pairs = self._launched_pairs(test)
         out["launched_pairs"] = _abs_err_stats([c / m - 1 for c, m in pairs])
         out["energy"] = self.energy.heldout() if self.energy else self.energy_note
         return out
@@ -429,7 +429,8 @@ def l1_fit(a: np.ndarray) -> np.ndarray:
     are ``c``. Why the dual: the primal (residuals split into positive and negative parts) has
     ``2n`` variables and ``n`` equality rows, the dual ``n`` bounded variables and one row per
     coefficient; on a three-pass table (9,000 training steps) HiGHS solves it in 1.1 s against
-    7 s, to the same coefficients (within 1e-13 on every shipped table)."""
+    7 s for the primal (18 s built dense), to the same coefficients (within 1e-13 on every
+    shipped table)."""
     n, k = a.shape
     res = linprog(-np.ones(n), A_ub=a.T, b_ub=np.zeros(k), bounds=(-1, 1), method="highs")
     if not res.success:
@@ -449,9 +450,7 @@ def median_of_repeats(rows: list[dict]) -> list[dict]:
     repeated, as under random arrivals, keeps its one interval). Launch waits (`_fit_launch`)
     keep every interval: their spread is the host's, which the simulator draws from."""
     usable = [r for r in rows if _usable(r)]
-    groups: dict[int, list[float]] = {}
-    for r in usable:
-        groups.setdefault(r["group"], []).append(r["target"])
+    groups = _group_targets(usable)
     out = []
     for r in usable:
         targets = groups[r["group"]]
@@ -466,13 +465,18 @@ def repeat_spread(rows: list[dict]) -> dict:
     """How far each timing of a composition timed three or more times (``group``) lies from
     their median, ``|t / median - 1|``: the measurement's own step-to-step noise, a floor no
     step model can go under on single intervals (H200 fp8: p95 1.7%; one H100: 17.5%)."""
-    groups: dict[int, list[float]] = {}
-    for r in rows:
-        if _usable(r):
-            groups.setdefault(r["group"], []).append(r["target"])
+    groups = _group_targets([r for r in rows if _usable(r)])
     return _abs_err_stats(
         [t / float(np.median(ts)) - 1 for ts in groups.values() if len(ts) >= 3 for t in ts]
     )
+
+
+def _group_targets(rows: list[dict]) -> dict[int, list[float]]:
+    """The targets of ``rows`` by composition (``group``), in row order."""
+    groups: dict[int, list[float]] = {}
+    for r in rows:
+        groups.setdefault(r["group"], []).append(r["target"])
+    return groups
 
 
 def _usable(r: dict) -> bool:
