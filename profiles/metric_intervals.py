@@ -54,8 +54,15 @@ def percentile_intervals(
             if cum[-1] == 0:
                 continue  # no drawn request has a value of this metric (e.g. TPOT of 1 token)
             for q in QUANTILES:
-                got[q].append(v[min(int(np.searchsorted(cum, q / 100.0 * cum[-1])), len(v) - 1)])
+                got[q].append(weighted_quantile(v, cum, q / 100.0))
         for q in QUANTILES:
             g = np.asarray(got[q])
             out[f"{name}.p{q}"] = [float(np.quantile(g, tail)), float(np.quantile(g, 1 - tail))]
     return out
+
+
+def weighted_quantile(values: np.ndarray, cum_weights: np.ndarray, u: float) -> float:
+    """The inverted-CDF ``u``-quantile of ascending ``values`` whose weights sum cumulatively to
+    ``cum_weights``: the smallest value whose cumulative weight reaches ``u`` of the total."""
+    i = int(np.searchsorted(cum_weights, u * cum_weights[-1]))
+    return float(values[min(i, len(values) - 1)])

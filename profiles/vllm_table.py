@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import math
 import re
 import time
 from pathlib import Path
@@ -181,8 +182,8 @@ def group_repeats(rows: list[dict], scenarios: list[dict]) -> int:
             for h in heads.get((base, *_composition(r)), ())
             if (h, r["scenario"]) not in taken
         ]
-        if near and min(near)[0] <= REPEAT_MATCH_TOL:
-            h = min(near)[1]
+        dist, h = min(near, default=(math.inf, -1))
+        if dist <= REPEAT_MATCH_TOL:
             taken.add((h, r["scenario"]))
             r["group"] = h
             joined += 1

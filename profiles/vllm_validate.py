@@ -27,7 +27,7 @@ import numpy as np
 from profiles import engine_jobs
 from profiles.engine_jobs import job_precision
 from profiles.gpu_energy import energy_between, read_energy
-from profiles.metric_intervals import percentile_intervals
+from profiles.metric_intervals import percentile_intervals, weighted_quantile
 from profiles.vllm_table import step_rows
 from simulator.errors import ConfigError
 from simulator.executor import idle_wake_s
@@ -288,10 +288,8 @@ def engine_vs_client_gaps(real: list[dict], itl_s: np.ndarray) -> dict:
     if not len(dur) or not tok.sum() or not len(gaps):
         return {}
     order = np.argsort(dur, kind="stable")
-    cum = np.cumsum(tok[order]) / tok.sum()
-    engine = [
-        float(dur[order][min(np.searchsorted(cum, q), len(dur) - 1)]) for q in (0.5, 0.95, 0.99)
-    ]
+    cum = np.cumsum(tok[order])
+    engine = [weighted_quantile(dur[order], cum, q) for q in (0.5, 0.95, 0.99)]
     return {
         "engine_steps_token_weighted": [round(x, 3) for x in engine],
         "client_gaps": [round(float(x), 3) for x in np.percentile(gaps, [50, 95, 99])],
