@@ -17,11 +17,20 @@ import json
 from pathlib import Path
 
 from simulator.hf_catalog import HF_CONFIGS
+from simulator.hf_models import GEMMA3_TEXT_DEFAULTS
 from simulator.models import ModelSpec
 from simulator.precision import Precision
 
 #: rope_theta per catalog family (published configs); any value gives the same step time
 _ROPE_THETA = {"llama-3": 500000.0, "llama-3.1": 500000.0, "qwen2.5": 1000000.0}
+#: the published ``rope_scaling`` of families served past their pre-training context
+#: (meta-llama/Llama-3.1-8B config.json): it changes RoPE's frequencies, not a kernel's shape
+_ROPE_SCALING = {
+    "llama-3.1": {
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    },
+}  # fmt: skip
 
 
 #: fields a published config.json has that the catalog's subsets leave out (they change no
@@ -32,6 +41,15 @@ _PUBLISHED_EXTRAS = {
         "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "hidden_act": "silu",
         "attention_bias": False, "norm_topk_prob": True, "bos_token_id": 151643,
         "eos_token_id": 151645,
+    },
+    # google/gemma-3-27b-it's text_config: softcapping off, query scale 1/sqrt(hidden / heads),
+    # global layers' RoPE stretched 8x for 128k, local layers' base 10k
+    "Gemma3ForConditionalGeneration": {
+        "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+        "rope_scaling": {"rope_type": "linear", "factor": 8.0}, "query_pre_attn_scalar": 168,
+        "hidden_activation": "gelu_pytorch_tanh", "final_logit_softcapping": None,
+        "attn_logit_softcapping": None, "attention_bias": False, "bos_token_id": 2,
+        "eos_token_id": 1,
     },
 }  # fmt: skip
 
@@ -44,7 +62,10 @@ def hf_config(spec: ModelSpec) -> dict:
     from), completed; Llama- and Qwen2-style models are written from the spec."""
     published = HF_CONFIGS.get(spec.name)
     if published and published[1]["architectures"][0] in _PUBLISHED_EXTRAS:
-        cfg = {**published[1], **_PUBLISHED_EXTRAS[published[1]["architectures"][0]]}
+        arch = published[1]["architectures"][0]
+        cfg = {**published[1], **_PUBLISHED_EXTRAS[arch]}
+        if arch == "Gemma3ForConditionalGeneration":
+            cfg = _gemma3_text(cfg)
         cfg["torch_dtype"] = "bfloat16"
         cfg["max_position_embeddings"] = spec.max_model_len
         cfg.update(engine_precision(spec.weights, spec.kv_cache_dtype)[0])
@@ -73,8 +94,24 @@ def hf_config(spec: ModelSpec) -> dict:
     if not qwen:
         cfg["attention_bias"] = False
         cfg["mlp_bias"] = False
+    if family in _ROPE_SCALING:
+        cfg["rope_scaling"] = dict(_ROPE_SCALING[family])
     cfg.update(engine_precision(spec.weights, spec.kv_cache_dtype)[0])
     return cfg
+
+
+def _gemma3_text(cfg: dict) -> dict:
+    """Gemma 3's text model alone (``Gemma3ForCausalLM``): the published file is the
+    vision-language model, whose tower servesim does not model and a text-only profile never
+    runs; the text config's defaults the published file leaves out are written out, and its
+    layer pattern as the explicit ``layer_types`` list vLLM reads."""
+    text = {**GEMMA3_TEXT_DEFAULTS, **cfg.pop("text_config"), **cfg}
+    pattern = text.pop("sliding_window_pattern")
+    text["layer_types"] = [
+        "full_attention" if (i + 1) % pattern == 0 else "sliding_attention"
+        for i in range(text["num_hidden_layers"])
+    ]
+    return {**text, "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text"}
 
 
 #: a 4-bit weight-only checkpoint as GPTQ writes it (symmetric, group size 128, no act-order).

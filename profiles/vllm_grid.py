@@ -15,6 +15,11 @@ compositions the latency model needs (see ``profiles/README.md``):
   faster from batch 192 to 256 and 384 to 512 on an H200, profiles/README.md);
 * ``inject``: a running decode batch, into which single prompts of length ``P`` are injected one
   at a time (mixed steps: ``B`` decodes + one chunk of ``P``);
+* ``long`` (only for models served past ``LONG_FROM`` tokens, e.g. Llama-3.1's 128k): single
+  prompts of 16k-128k tokens (8192-token chunks over ever longer cached context, then decode at
+  batch 1 there), small decode batches at 16k-64k contexts, and long prompts injected beside a
+  running batch (mixed steps whose chunk attends over tens of thousands of cached keys): the
+  context terms measured where long-context serving runs, not extrapolated from 8k;
 * ``inject`` with ``rate_per_s``: prompts of lognormal lengths arrive at seeded exponential gaps
   beside a small running batch, as they do in serving. Each arrival's prefill is launched behind
   whatever runs then, mostly a 5-6 ms decode step that hides little of a 7-47 ms launch: the
@@ -55,6 +60,15 @@ DRAIN_CONTEXTS = (128, 1024)
 #: decode steps over which a drain's batch shrinks, per sequence: 0.5 = two end per step (~8
 #: steps at each capture size of the 16-wide steps above 32)
 DRAIN_STEPS_PER_SEQ = 0.5
+#: long-context scenarios are added for models whose max_model_len exceeds this
+LONG_FROM = 16384
+#: single prompts (each then decodes ``DECODE_OUT`` steps at batch 1)
+LONG_PROMPTS = (16384, 32768, 65536, 131072)
+#: (decode batch, context) of long-context decode batches
+LONG_DECODE = ((8, 16384), (4, 32768), (2, 65536))
+#: (decode batch, context) of running batches beside which long prompts are injected
+LONG_INJECT = ((16, 2048), (4, 16384))
+LONG_INJECT_PROMPTS = (24576, 98304)
 PREFILL_ONLY = (16, 48, 100, 200, 350, 500, 700, 1000, 1500, 2500, 4000, 6000, 8000)
 #: decode steps per batch scenario
 DECODE_OUT = 24
@@ -111,7 +125,29 @@ def scenarios(
                     f"arrive_b{b}_c{c}", b, c, _lognormal(rng, ARRIVAL_COUNT, ARRIVAL_MEAN, 1.0, hi)
                 )
             )
+    if max_model_len > LONG_FROM:
+        out += _long(max_model_len, cap)
     _split(out, rng)
+    return out
+
+
+def _long(max_model_len: int, cap: int) -> list[dict]:
+    """The ``long`` family (module docstring); every scenario fits ``max_model_len`` (a prompt
+    at the limit is cut to leave room for its outputs) and the token cap."""
+    out = []
+    for p in LONG_PROMPTS:
+        p = min(p, max_model_len - DECODE_OUT - 1)
+        if p + DECODE_OUT <= cap:
+            out.append(_batch(f"long_p{p}", [p], DECODE_OUT))
+    for b, c in LONG_DECODE:
+        if b * (c + DECODE_OUT) <= cap and c + DECODE_OUT < max_model_len:
+            out.append(_batch(f"long_b{b}_c{c}", [c] * b, DECODE_OUT))
+    for b, c in LONG_INJECT:
+        inj = [p for p in LONG_INJECT_PROMPTS if p + c < max_model_len]
+        if inj and b * c + sum(inj) <= cap:
+            out.append(
+                {"id": f"long_inj_b{b}_c{c}", "kind": "inject", "prompts": [c] * b, "inject": inj}
+            )
     return out
 
 
@@ -133,11 +169,11 @@ def repeated(scs: list[dict], repeats: int) -> list[dict]:
 
 def _split(scs: list[dict], rng: random.Random) -> None:
     """Hold out every ``TEST_EVERY``-th scenario of each family (``dec``, ``spread``, ``drain``,
-    ``prefill``, ``inject``, ``arrive``) in a seeded order, the last of each three: every family
-    keeps training scenarios, and one of two or fewer is never held out. Why by family: a
-    split over the whole grid held out 4 of the 6 spread scenarios of the H200 fp8 table, so
-    nothing in its training pinned the cost of a batch's longest context (its decode_max
-    coefficient came out 0) and the held-out spread steps were charged 3-7% short."""
+    ``prefill``, ``inject``, ``arrive``, ``long``) in a seeded order, the last of each three:
+    every family keeps training scenarios, and one of two or fewer is never held out. Why by
+    family: a split over the whole grid held out 4 of the 6 spread scenarios of the H200 fp8
+    table, so nothing in its training pinned the cost of a batch's longest context (its
+    decode_max coefficient came out 0) and the held-out spread steps were charged 3-7% short."""
     families: dict[str, list[dict]] = {}
     for sc in scs:
         families.setdefault(sc["id"].split("_")[0], []).append(sc)

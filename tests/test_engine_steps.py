@@ -666,6 +666,25 @@ def test_every_family_of_scenarios_keeps_training_members():
         assert fam["spread"] >= 5 and fam["drain"] == 2 and test["drain"] == 0
 
 
+def test_long_context_scenarios_only_for_long_models_and_within_their_limits():
+    from profiles.vllm_grid import LONG_FROM
+
+    assert not any(s["id"].startswith("long_") for s in scenarios(LONG_FROM, 900_000, seed=0))
+    for max_len, cap in ((131072, 300_000), (131072, 120_000), (40_000, 300_000)):
+        scs = scenarios(max_len, 840_000, seed=0, max_tokens=cap)
+        long = [s for s in scs if s["id"].startswith("long_")]
+        assert long and any(s["kind"] == "inject" for s in long) == (cap == 300_000)
+        for s in long:
+            out = 2 if s["kind"] == "inject" else s["out"]
+            assert max(s["prompts"] + s.get("inject", [])) + out < max_len
+            assert sum(s["prompts"]) + sum(s.get("inject", [])) <= cap
+        # measured up to the model's limit: a prompt at (nearly) the full context, prefilled
+        # in chunks over ever longer cached context
+        assert max(max(s["prompts"]) for s in long) >= min(max_len, cap) // 2
+        fam = [s["split"] for s in long]
+        assert fam.count("test") == len(fam) // 3 and "train" in fam
+
+
 def test_a_drain_decodes_at_every_batch_size_down_to_one():
     for kv, cap in ((900_000, 300_000), (401_088, 120_000)):
         drains = [s for s in scenarios(8192, kv, seed=0, max_tokens=cap) if "outs" in s]

@@ -103,6 +103,19 @@ def test_a_moe_models_engine_config_is_its_published_one_and_reads_back_to_its_s
     assert {k: cfg[k] for k in HF_CONFIGS["qwen3-30b-a3b"][1]} == HF_CONFIGS["qwen3-30b-a3b"][1]
     assert "quantization_config" not in cfg and cfg["norm_topk_prob"] is True
     assert spec_from_hf_config(cfg, "generated", spec.name) == spec
+    # Gemma 3: the text model alone, its layer pattern spelled out; same shapes as the catalog's
+    import dataclasses
+
+    gemma = MODELS["gemma-3-27b"]
+    cfg = hf_config(gemma)
+    assert cfg["architectures"] == ["Gemma3ForCausalLM"] and "text_config" not in cfg
+    assert cfg["layer_types"].count("full_attention") == 10
+    assert cfg["layer_types"][5] == "full_attention"
+    assert cfg["query_pre_attn_scalar"] == gemma.hidden_size // gemma.num_heads
+    back = spec_from_hf_config(cfg, "generated", gemma.name)
+    assert back == dataclasses.replace(gemma, family="gemma3_text")
+    # Llama-3.1 keeps its published RoPE scaling for 128k
+    assert hf_config(MODELS["llama-3.1-8b"])["rope_scaling"]["rope_type"] == "llama3"
     # dense Llama-style models are still written from the spec
     assert hf_config(MODELS["llama-3-8b"])["architectures"] == ["LlamaForCausalLM"]
 

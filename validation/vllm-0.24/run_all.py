@@ -45,6 +45,8 @@ SERVED = {
     "llama-3-70b-fp8": "{base: llama-3-70b, weights: fp8, kv_cache_dtype: fp8}",
     "llama-3-70b-int4": "{base: llama-3-70b, weights: int4}",
     "qwen3-30b-a3b": "qwen3-30b-a3b",
+    "llama-3.1-8b": "llama-3.1-8b",
+    "gemma-3-27b": "gemma-3-27b",
 }
 
 
@@ -85,7 +87,15 @@ PROFILES_ONLY = (
     ("h200_llama-3-70b-fp8", "llama-3-70b-fp8", 1),
     ("h200_llama-3-70b-int4", "llama-3-70b-int4", 1),
     ("h200_qwen3-30b-a3b", "qwen3-30b-a3b", 1),  # MoE: needs the carried _moe_C parts
+    ("h200_llama-3.1-8b", "llama-3.1-8b", 1),  # 128k context: the grid's `long` family
+    ("h200_gemma-3-27b", "gemma-3-27b", 1),  # 5 sliding-window layers : 1 global
 )
+
+
+#: models whose prefill is several times an 8B's get a smaller grid (prompt + output tokens per
+#: scenario at most) and a 70B one pass: (cap, passes) by the size in the job's name. A 70B's
+#: single pass fits one GPU call; a 27B's three passes take two (`resume`)
+GRID_LIMITS = {"70b": (120_000, 1), "27b": (120_000, vllm_grid.REPEATS)}
 
 
 def case_overrides(trace: str, load: str, pair: Pair) -> list[str]:
@@ -118,9 +128,9 @@ def _profile_job(out: Path, name: str, job: dict) -> None:
     # skips the scenarios it finished
     phase = {"name": "profile", "kind": "profile", "seed": 0, "resume": True}
     phase["repeats"] = vllm_grid.REPEATS
-    if "70b" in name:  # its prefill is ~9x an 8B's: a smaller grid, once, fits one GPU call
-        phase["max_scenario_tokens"] = 120_000
-        phase["repeats"] = 1
+    for size, (cap, repeats) in GRID_LIMITS.items():
+        if size in name:
+            phase["max_scenario_tokens"], phase["repeats"] = cap, repeats
     prof = {**job, "phases": [phase]}
     (out / f"{name}_profile.json").write_text(json.dumps(prof))
 
