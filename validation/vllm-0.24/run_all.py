@@ -60,8 +60,9 @@ class Pair:
     #: the cases' arrival rates x this, so that each load sits at about the same fraction of the
     #: engine's capacity as for an 8B on one GPU. Chosen from the simulator's saturated
     #: completion rate on the conversation case (offered 20x its rate): Llama-3-8B on an H200
-    #: 20.2 req/s, Llama-3-70B at TP2 on two 5.0 (bf16) and 9.0 (fp8). An input, not a fit:
-    #: nothing of the real runs is used to choose it.
+    #: 20.2 req/s, Llama-3-70B at TP2 on two 5.0 (bf16) and 9.0 (fp8), Qwen3-30B-A3B 25.6 and
+    #: Gemma-3-27B 6.3 on one H200. An input, not a fit: nothing of the real runs is used to
+    #: choose it.
     load: float = 1.0
 
     @property
@@ -80,15 +81,15 @@ PAIRS = (
     Pair("h100", "qwen2.5-7b"), Pair("h200", "llama-3-8b-fp8"), Pair("h100", "llama-3-8b-fp8"),
     # on the 2-GPU machine (nvidia-h200-x2); no real run yet
     Pair("h200", "llama-3-70b", 2, load=0.25), Pair("h200", "llama-3-70b-fp8", 2, load=0.45),
+    # architectures: a mixture of experts and a sliding-window model (issue 15)
+    Pair("h200", "qwen3-30b-a3b", load=1.25), Pair("h200", "gemma-3-27b", load=0.3),
 )  # fmt: skip
 #: profiling runs without a replay: (job name, served model, tp)
 PROFILES_ONLY = (
     ("h200_llama-3-8b-int4", "llama-3-8b-int4", 1),
     ("h200_llama-3-70b-fp8", "llama-3-70b-fp8", 1),
     ("h200_llama-3-70b-int4", "llama-3-70b-int4", 1),
-    ("h200_qwen3-30b-a3b", "qwen3-30b-a3b", 1),  # MoE: needs the carried _moe_C parts
     ("h200_llama-3.1-8b", "llama-3.1-8b", 1),  # 128k context: the grid's `long` family
-    ("h200_gemma-3-27b", "gemma-3-27b", 1),  # 5 sliding-window layers : 1 global
 )
 
 
