@@ -6,16 +6,16 @@
 set -uo pipefail
 VL=/root/vl
 mkdir -p $VL
-mv .vllm/p0* .vllm/m0* $VL/ 2>/dev/null || true
+mv .vllm/p[0-9]* .vllm/m[0-9]* $VL/ 2>/dev/null || true
 if [ ! -d $VL/site/vllm ]; then
-  (cd $VL && cat $(ls p0* | sort) > all.tar && sha256sum all.tar && tar xf all.tar && mkdir -p site \
+  (cd $VL && cat $(ls p[0-9]* | sort) > all.tar && sha256sum all.tar && tar xf all.tar && mkdir -p site \
     && tar xJf vllm-trim.tar.xz -C site \
     && python3 -m pip install -q --no-index --no-deps --no-compile --target site deps/*.whl \
     && rm -f all.tar vllm-trim.tar.xz) || { echo "vllm install failed"; exit 3; }
 fi
 # mixture-of-experts kernels, carried apart (parts m00..; profiles/README.md) when a job needs them
-if ls $VL/m0* >/dev/null 2>&1 && [ ! -f $VL/site/vllm/_moe_C_stable_libtorch.abi3.so ]; then
-  (cd $VL && cat $(ls m0* | sort) | tar xJf - -C site/vllm && rm -f m0*) || { echo "moe install failed"; exit 3; }
+if ls $VL/m[0-9]* >/dev/null 2>&1 && [ ! -f $VL/site/vllm/_moe_C_stable_libtorch.abi3.so ]; then
+  (cd $VL && cat $(ls m[0-9]* | sort) | tar xJf - -C site/vllm && rm -f m[0-9]*) || { echo "moe install failed"; exit 3; }
 fi
 export PYTHONPATH=$VL/site:$PWD PYTHONUNBUFFERED=1
 # NVLink multicast off on shared multi-GPU hosts (profiles/vllm_run.py forces the same)

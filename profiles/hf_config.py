@@ -51,6 +51,18 @@ _PUBLISHED_EXTRAS = {
         "attn_logit_softcapping": None, "attention_bias": False, "bos_token_id": 2,
         "eos_token_id": 1,
     },
+    # deepseek-ai/DeepSeek-V2-Lite: greedy softmax top-6 routing over one group, YaRN RoPE
+    # stretched 40x from 4k (it changes the rotary cache and softmax scale, not a kernel)
+    "DeepseekV2ForCausalLM": {
+        "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "hidden_act": "silu",
+        "rope_scaling": {
+            "type": "yarn", "factor": 40, "original_max_position_embeddings": 4096,
+            "beta_fast": 32, "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707,
+        },
+        "topk_method": "greedy", "n_group": 1, "topk_group": 1, "scoring_func": "softmax",
+        "norm_topk_prob": False, "routed_scaling_factor": 1.0, "attention_bias": False,
+        "bos_token_id": 100000, "eos_token_id": 100001,
+    },
 }  # fmt: skip
 
 

@@ -20,6 +20,10 @@ compositions the latency model needs (see ``profiles/README.md``):
   batch 1 there), small decode batches at 16k-64k contexts, and long prompts injected beside a
   running batch (mixed steps whose chunk attends over tens of thousands of cached keys): the
   context terms measured where long-context serving runs, not extrapolated from 8k;
+* ``wide`` (only for engines that run more sequences than their largest CUDA graph): decode
+  batches of 768 and 1,024 sequences, which run eagerly. Serving with a large KV cache reaches
+  them (DeepSeek-V2-Lite's 3.4M tokens: 1,018 running decodes at 75-117 ms a step, where a table
+  that stopped at 513 extrapolated 15-20 ms; validation/vllm-0.24/README.md);
 * ``inject`` with ``rate_per_s``: prompts of lognormal lengths arrive at seeded exponential gaps
   beside a small running batch, as they do in serving. Each arrival's prefill is launched behind
   whatever runs then, mostly a 5-6 ms decode step that hides little of a 7-47 ms launch: the
@@ -69,6 +73,11 @@ LONG_DECODE = ((8, 16384), (4, 32768), (2, 65536))
 #: (decode batch, context) of running batches beside which long prompts are injected
 LONG_INJECT = ((16, 2048), (4, 16384))
 LONG_INJECT_PROMPTS = (24576, 98304)
+#: decode batches above the largest CUDA graph (kept to the engine's max_num_seqs), their
+#: contexts, and the tokens a wide scenario may hold (its own cap: a 1,024 x 1,024 batch)
+WIDE_BATCHES = (768, 1024)
+WIDE_CONTEXTS = (128, 1024)
+WIDE_MAX_TOKENS = 1_100_000
 PREFILL_ONLY = (16, 48, 100, 200, 350, 500, 700, 1000, 1500, 2500, 4000, 6000, 8000)
 #: decode steps per batch scenario
 DECODE_OUT = 24
@@ -83,11 +92,18 @@ REPEAT_SEP = "~r"
 
 
 def scenarios(
-    max_model_len: int, kv_tokens: int, seed: int = 0, max_tokens: int = MAX_SCENARIO_TOKENS
+    max_model_len: int,
+    kv_tokens: int,
+    seed: int = 0,
+    max_tokens: int = MAX_SCENARIO_TOKENS,
+    max_num_seqs: int = 0,
+    max_graph: int = 0,
 ) -> list[dict]:
     """The profiling scenarios for a model whose engine holds ``kv_tokens`` KV tokens; a
     scenario holds ``max_tokens`` prompt + output tokens at most (a 70B model's prefill is ~9x
-    an 8B's, so its grid is capped lower to fit a GPU call)."""
+    an 8B's, so its grid is capped lower to fit a GPU call). ``max_num_seqs`` and
+    ``max_graph`` (the engine's largest CUDA graph): the ``wide`` family when the first
+    exceeds the second (0: neither known, no such family)."""
     rng = random.Random(seed)
     cap = min(max_tokens, int(0.8 * kv_tokens))
     out: list[dict] = []
@@ -127,6 +143,8 @@ def scenarios(
             )
     if max_model_len > LONG_FROM:
         out += _long(max_model_len, cap)
+    if max_num_seqs > max_graph > 0:
+        out += _wide(max_model_len, kv_tokens, max_num_seqs, max_graph, max_tokens)
     _split(out, rng)
     return out
 
@@ -151,6 +169,18 @@ def _long(max_model_len: int, cap: int) -> list[dict]:
     return out
 
 
+def _wide(max_model_len: int, kv_tokens: int, seqs: int, graph: int, max_tokens: int) -> list:
+    """The ``wide`` family (module docstring): batches above ``graph`` sequences up to
+    ``seqs``, within the KV cache and ``WIDE_MAX_TOKENS`` (or the grid's own cap, if larger)."""
+    cap = min(max(WIDE_MAX_TOKENS, max_tokens), int(0.8 * kv_tokens))
+    return [
+        _batch(f"wide_b{b}_c{c}", [c] * b, DECODE_OUT)
+        for c in WIDE_CONTEXTS
+        for b in WIDE_BATCHES
+        if graph < b <= seqs and b * (c + DECODE_OUT) <= cap and c + DECODE_OUT < max_model_len
+    ]
+
+
 def repeated(scs: list[dict], repeats: int) -> list[dict]:
     """The grid run ``repeats`` times over, pass after pass (not scenario after scenario, so
     that the repeats of one scenario are minutes apart and share no transient host state).
@@ -169,11 +199,12 @@ def repeated(scs: list[dict], repeats: int) -> list[dict]:
 
 def _split(scs: list[dict], rng: random.Random) -> None:
     """Hold out every ``TEST_EVERY``-th scenario of each family (``dec``, ``spread``, ``drain``,
-    ``prefill``, ``inject``, ``arrive``, ``long``) in a seeded order, the last of each three:
-    every family keeps training scenarios, and one of two or fewer is never held out. Why by
-    family: a split over the whole grid held out 4 of the 6 spread scenarios of the H200 fp8
-    table, so nothing in its training pinned the cost of a batch's longest context (its
-    decode_max coefficient came out 0) and the held-out spread steps were charged 3-7% short."""
+    ``prefill``, ``inject``, ``arrive``, ``long``, ``wide``) in a seeded order, the last of
+    each three: every family keeps training scenarios, and one of two or fewer is never held
+    out. Why by family: a split over the whole grid held out 4 of the 6 spread scenarios of
+    the H200 fp8 table, so nothing in its training pinned the cost of a batch's longest context
+    (its decode_max coefficient came out 0) and the held-out spread steps were charged 3-7%
+    short."""
     families: dict[str, list[dict]] = {}
     for sc in scs:
         families.setdefault(sc["id"].split("_")[0], []).append(sc)

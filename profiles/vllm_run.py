@@ -217,6 +217,8 @@ async def run_profile(client: Client, phase: dict, facts: dict, out: Path) -> di
         kv_tokens,
         phase.get("seed", 0),
         phase.get("max_scenario_tokens", vllm_grid.MAX_SCENARIO_TOKENS),
+        facts["scheduler"]["max_num_seqs"],
+        facts["compilation"]["max_cudagraph_capture_size"],
     )
     scs = scs[: phase["limit"]] if phase.get("limit") else scs  # a smoke test's few
     grid = len(scs)

@@ -10,7 +10,10 @@ charge per step.
 
 Each step gets the latency features of `simulator.latency.base` and the scenario it ran in (the
 phase's time windows); the held-out split is the scenario's (`profiles.vllm_grid`). Steps that
-ran outside any scenario window (none, normally) are dropped and counted in ``meta.yaml``.
+ran outside any scenario window (none, normally) are dropped and counted in ``meta.yaml``. For a
+model with sliding layers the attention features count the keys actually read, as the simulator
+charges them; a step whose decode contexts could not be rebuilt exactly is left out and counted
+(``window_contexts_unresolved``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import numpy as np
 import yaml
 
 from profiles.gpu_energy import energy_between, read_energy
+from profiles.vllm_contexts import decode_contexts
 from profiles.vllm_run import read_partial
 from profiles.vllm_steps import read_steps
 from simulator.errors import ConfigError
@@ -38,7 +42,7 @@ from simulator.precision import Precision
 from simulator.served import ShardedModel
 
 
-def step_rows(steps: list[dict]) -> list[dict]:
+def step_rows(steps: list[dict], reads=None, contexts: list | None = None) -> list[dict]:
     """Latency features and measured duration (µs) of each recorded step, in completion order.
 
     ``after_idle`` is 1 when the step was planned after the previous one had completed (the
@@ -51,9 +55,14 @@ def step_rows(steps: list[dict]) -> list[dict]:
     step shorter than the launch is stamped late (a 4-sequence decode stamped 31 ms after its
     plan, the 1024-token prefill behind it 3 ms later). That holds behind a short prefill step
     too (serving: a 1,000-token prefill followed by the next arrival's). Whether the launch
-    really showed is the model's call (`simulator.latency.engine_steps`): a long step hides it."""
+    really showed is the model's call (`simulator.latency.engine_steps`): a long step hides it.
+
+    ``reads`` (`simulator.served.WindowedReads`, a model with sliding layers): the attention
+    features count the keys actually read, as the simulator charges them; a decode past the
+    window needs the step's decode contexts (``contexts``, per step, `profiles.vllm_contexts`),
+    and a step whose contexts are unknown gets ``decode_ctx`` None (left out of a table)."""
     rows, prev = [], None
-    for s in steps:
+    for k, s in enumerate(steps):
         idle = prev is None or s["t_sched"] >= prev
         start = s["t_sched"] if idle else prev
         prev = s["t_done"]
@@ -61,10 +70,10 @@ def step_rows(steps: list[dict]) -> list[dict]:
         rows.append(
             {
                 "prefill_tokens": sum(n for _, n, _ in pf),
-                "prefill_attn": round(sum(chunk_attn_pairs(n, b) for _, n, b in pf), 1),
+                "prefill_attn": round(_prefill_pairs(pf, reads), 1),
                 "prefill_seqs": len(pf),
                 "decode_seqs": s["nd"],
-                "decode_ctx": s["dctx"],
+                "decode_ctx": _decode_reads(s, reads, contexts[k] if contexts else None),
                 "decode_max": s["dmax"],
                 "after_idle": int(idle),
                 "dur_us": round((s["t_done"] - start) * 1e6, 1),
@@ -75,6 +84,24 @@ def step_rows(steps: list[dict]) -> list[dict]:
     for r in rows:
         r["prefill_behind"] = int(r["prefill_tokens"] > 0 and not r["after_idle"])
     return rows
+
+
+def _prefill_pairs(pf: list, reads) -> float:
+    """(query, key) pairs of a step's prompt chunks (``[rid, n, before]``), per layer."""
+    if reads is None:
+        return sum(chunk_attn_pairs(n, b) for _, n, b in pf)
+    return sum(reads.prefill_pairs(b, n) for _, n, b in pf)
+
+
+def _decode_reads(s: dict, reads, ctxs: list | None):
+    """Keys a step's decodes read per layer: the context sum, or with sliding layers the sum
+    less what the window cuts (None when that needs contexts the rebuild did not give)."""
+    if reads is None or s["dmax"] <= reads.window:
+        return s["dctx"]
+    if ctxs is None:
+        return None
+    excess = sum(c - reads.window for c in ctxs if c > reads.window)
+    return round(reads.decode(s["dctx"], excess), 1)
 
 
 def submit_bursts(scenarios: list[dict], requests: dict) -> dict[str, float]:
@@ -422,7 +449,9 @@ def build_table(run_dir: Path, out_dir: Path, gpu_key: str, spec: ModelSpec, tp:
     phase = load_profile_phase(run_dir)
     bursts = submit_bursts(phase["scenarios"], phase["requests"])
     steps = read_steps(str(run_dir / "steps.jsonl"))
-    rows, dropped = label(step_rows(steps), phase["scenarios"], bursts)
+    rows, dropped = label(_windowed_rows(steps, phase, spec, tp), phase["scenarios"], bursts)
+    unresolved = sum(1 for r in rows if r["decode_ctx"] is None)
+    rows = [r for r in rows if r["decode_ctx"] is not None]
     early = flag_early_stamps(rows, ShardedModel(spec, tp), load_gpu(gpu_key, "--gpu-key", "gpu"))
     joined = group_repeats(rows, phase["scenarios"])
     frontend = frontend_delays(phase, steps)
@@ -438,7 +467,7 @@ def build_table(run_dir: Path, out_dir: Path, gpu_key: str, spec: ModelSpec, tp:
         "energy": _write_energy(run_dir, out_dir, phase, rows),
         "frontend": frontend,
         "steps": {
-            "recorded": len(rows) + dropped,
+            "recorded": len(rows) + dropped + unresolved,
             "outside_scenarios": dropped,
             "early_stamp_steps_left_out": early,
             "repeats": phase.get("repeats", 1),
@@ -448,9 +477,20 @@ def build_table(run_dir: Path, out_dir: Path, gpu_key: str, spec: ModelSpec, tp:
             "cut_short": bool(phase.get("cut_short")),
         },
     }
+    if spec.sliding_window is not None:
+        measured["steps"]["window_contexts_unresolved"] = unresolved
     meta = _meta(run_dir, engine, gpu_key, spec, tp, measured)
     (out_dir / "meta.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
     return meta
+
+
+def _windowed_rows(steps: list[dict], phase: dict, spec: ModelSpec, tp: int) -> list[dict]:
+    """`step_rows` with the keys-read features of a model with sliding layers (the decode
+    contexts rebuilt from the run's requests, `profiles.vllm_contexts`), else the plain ones."""
+    reads = ShardedModel(spec, tp).kv_reads()
+    if reads is None:
+        return step_rows(steps)
+    return step_rows(steps, reads, decode_contexts(steps, phase["requests"], phase["scenarios"]))
 
 
 def _served_precision(run_dir: Path, engine: dict, spec: ModelSpec) -> dict:

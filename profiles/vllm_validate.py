@@ -200,6 +200,8 @@ def compare(cfg: dict, where: str, phase: dict, measured: tuple) -> dict:
         "median_abs_err": float(np.median(errs)),
         "max_abs_err": float(max(errs)),
         "latency_model": sim["latency_model"].get("name"),
+        # where the run left what the table measured (its steps were extrapolated)
+        "latency_warnings": sim["latency_model"].get("warnings") or [],
         "sim_steps": _batch_stats(sim_steps["decode_seqs"], sim_steps["prefill_tokens"]),
         "energy": energy_check(phase, sim, real["window"]),
     }

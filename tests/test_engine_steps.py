@@ -292,6 +292,7 @@ def test_decode_follows_every_measured_graph_size_even_where_it_is_not_monotone(
     assert m.describe()["decode_graph_sizes_measured"] == list(m.decode_knots)
 
 
+@pytest.mark.filterwarnings("ignore:.*beyond the table")  # it probes past the grid on purpose
 def test_a_monotone_engine_gives_a_model_non_decreasing_in_every_feature(tmp_path):
     m = EngineStepModel(_table(tmp_path), "toy", 1)
     dec = [m.step_time(0, 0, 0, b, 1000 * b, 1000) for b in range(1, 700, 7)]
@@ -736,3 +737,65 @@ def test_sorted_quantile_is_numpys_default_quantile_bit_for_bit():
         for k in range(200):
             u = 0.0 if k == 0 else 1.0 if k == 1 else (k * 0.6180339887498949) % 1.0
             assert sorted_quantile(values, u) == float(np.quantile(values, u))
+
+
+def test_a_step_beyond_what_the_table_measured_is_said_once_per_kind(tmp_path):
+    """A decode-only batch above the largest measured one, or a step of more tokens than the
+    largest measured, is extrapolated: the run's latency description says so, once each."""
+    m = EngineStepModel(_table(tmp_path), "toy", 1)
+    top = m.decode_seqs_measured
+    m.step_time(0, 0, 0, top, 1000 * top, 1000)
+    m.step_time(500, 500 * 250.0, 1, 4, 4000)
+    assert m.describe()["warnings"] == []  # within the table: nothing to say
+    with pytest.warns(RuntimeWarning, match=f"decode-only batch of {top + 1} sequences"):
+        m.step_time(0, 0, 0, top + 1, 1000 * (top + 1), 1000)
+    m.step_time(0, 0, 0, top + 50, 1000 * (top + 50), 1000)  # same kind: said already
+    big = m.tokens_measured + 1
+    with pytest.warns(RuntimeWarning, match=f"a step of {big} tokens"):
+        m.step_time(big, big * 500.0, 1, 0, 0)
+    assert len(m.describe()["warnings"]) == 2
+
+
+def test_wide_decode_batches_only_above_the_largest_graph_and_within_the_engine():
+    """Decode batches above the largest CUDA graph, up to the engine's max_num_seqs, in KV;
+    none where every batch the engine can run replays a graph, and the rest of the grid (its
+    splits included) is the same with or without them."""
+    base = scenarios(163840, 3_381_328, seed=0)
+    assert not any(s["id"].startswith("wide_") for s in base)
+    assert scenarios(163840, 3_381_328, seed=0, max_num_seqs=512, max_graph=512) == base
+    scs = scenarios(163840, 3_381_328, seed=0, max_num_seqs=1024, max_graph=512)
+    wide = [s for s in scs if s["id"].startswith("wide_")]
+    assert sorted(s["id"] for s in wide) == [
+        "wide_b1024_c1024", "wide_b1024_c128", "wide_b768_c1024", "wide_b768_c128"
+    ]  # fmt: skip
+    assert [s["split"] for s in wide].count("test") == 1 and scs[: len(base)] == base
+    # an 8B's KV (900k tokens) holds the 128-token batches only; max_num_seqs 800 stops at 768
+    small = scenarios(8192, 900_000, seed=0, max_num_seqs=800, max_graph=512)
+    assert [s["id"] for s in small if s["id"].startswith("wide_")] == ["wide_b768_c128"]
+    for s in wide:
+        assert len(s["prompts"]) * (s["prompts"][0] + s["out"]) <= 0.8 * 3_381_328
+
+
+def _eager_cliff(r):
+    """Eager decode (above the largest graph, 512) as DeepSeek-V2-Lite runs it on an H200:
+    a step function of the batch, 11 ms up to 540 sequences and 64 ms above."""
+    if r["prefill_tokens"] == 0 and r["decode_seqs"] > 512:
+        return (0.011 if r["decode_seqs"] <= 540 else 0.064) + 2e-8 * r["decode_ctx"]
+    return _truth(r)
+
+
+def test_eager_decode_batches_join_the_decode_curve_only_when_measured_well_above_the_graphs(
+    tmp_path,
+):
+    wide = (*DECODE_BATCHES, 513, 540, 600, 768, 1024)
+    m = EngineStepModel(_table(tmp_path, n=1200, truth=_eager_cliff, batches=wide), "toy", 1)
+    assert m.decode_top == 1024 and {540, 600, 768, 1024} <= set(m.decode_knots)
+    for b in (540, 600, 768, 1024):  # each measured size's own value, the cliff included
+        r = {"prefill_tokens": 0, "decode_seqs": b, "decode_ctx": 2000 * b, "decode_max": 4000}
+        assert m.step_time(0, 0, 0, b, 2000 * b, 4000) == pytest.approx(_eager_cliff(r), rel=0.03)
+    # a table whose only eager decodes are one sequence above the graphs keeps them in the
+    # token regime (the decode curve stops at the largest graph)
+    d = tmp_path / "narrow"
+    d.mkdir()
+    small = EngineStepModel(_table(d, batches=(*DECODE_BATCHES, 513)), "toy", 1)
+    assert small.decode_top == 512 and max(small.decode_knots) <= 512

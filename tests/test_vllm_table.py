@@ -114,6 +114,11 @@ def test_a_moe_models_engine_config_is_its_published_one_and_reads_back_to_its_s
     assert cfg["query_pre_attn_scalar"] == gemma.hidden_size // gemma.num_heads
     back = spec_from_hf_config(cfg, "generated", gemma.name)
     assert back == dataclasses.replace(gemma, family="gemma3_text")
+    # DeepSeek-V2-Lite (MLA + MoE): its published routing and YaRN fields, same shapes back
+    ds = MODELS["deepseek-v2-lite"]
+    cfg = hf_config(ds)
+    assert cfg["topk_method"] == "greedy" and cfg["rope_scaling"]["type"] == "yarn"
+    assert spec_from_hf_config(cfg, "generated", ds.name) == ds
     # Llama-3.1 keeps its published RoPE scaling for 128k
     assert hf_config(MODELS["llama-3.1-8b"])["rope_scaling"]["rope_type"] == "llama3"
     # dense Llama-style models are still written from the spec

@@ -11,6 +11,12 @@ The model has two regimes, as the engine has:
 * **decode-only steps of at most the largest CUDA-graph capture size** replay a full graph
   padded to the next capture size ``P(B)``:
   ``t = W(P(B)) + a_ctx * decode_ctx + a_max * decode_max``;
+* **decode-only steps above it**, which run eagerly, join the first regime (``P(B) = B``, a
+  knot at every measured batch size) when the table measured them at batches well above the
+  largest graph (the grid's ``wide`` family: `EAGER_DECODE_FROM`); eager decode can be a step
+  function of the batch (DeepSeek-V2-Lite on an H200: 11 ms at 522 sequences, 64 ms at 582),
+  which only measured sizes follow. Otherwise (the single eager size 513 most tables have)
+  they stay in the second;
 * **every other step** (any prefill, or more decodes than the largest graph) runs piecewise
   graphs padded the same way up to the largest capture size, eagerly above, over
   ``N = prefill_tokens + decode_seqs`` tokens:
@@ -49,6 +55,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import warnings
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +74,9 @@ STEP_COLUMNS = [
 ]  # fmt: skip
 #: columns a table recorded before repeated passes lacks (``group`` is then the step's own id)
 OPTIONAL_COLUMNS = ("group",)
+#: eager decode-only batches join the decode curve when the table measured one this many times
+#: the largest CUDA graph or more (module docstring)
+EAGER_DECODE_FROM = 1.25
 #: a CUDA-graph size becomes a knot of the decode curve when this many training steps ran at it
 MIN_KNOT_STEPS = 3
 TOKEN_KNOTS = (1, 256, 1024, 4096, 8192, 16384)
@@ -114,6 +124,8 @@ class EngineStepModel:
         self.capture_sizes = sorted(int(x) for x in comp.get("cudagraph_capture_sizes") or [])
         self.max_graph = self.capture_sizes[-1] if self.capture_sizes else 0
         self.rows = read_steps_csv(self.dir / "steps.csv")
+        #: the largest decode-only batch on the decode curve (`_on_decode_curve`)
+        self.decode_top = self._decode_top()
         fe = self.meta.get("frontend") or {}
         self.frontend = (
             Frontend(
@@ -137,6 +149,14 @@ class EngineStepModel:
             self._attribute()
             self.fit(median_of_repeats([r for r in self.rows if r["split"] == "train"]))
             self._fit_launch([r for r in self.rows if r["split"] == "train" and not r["burst"]])
+        #: the largest decode-only batch and step (tokens) the table measured: a run's step
+        #: beyond either is extrapolated, and the run says so (`warnings`, once per kind)
+        self.decode_seqs_measured = max(
+            (r["decode_seqs"] for r in self.rows if r["prefill_tokens"] == 0), default=0
+        )
+        self.tokens_measured = max(r["prefill_tokens"] + r["decode_seqs"] for r in self.rows)
+        self.warnings: list[str] = []
+        self._warned: set[str] = set()
 
     def _check_matches(self, model_name: str, tp: int) -> None:
         got = (self.meta["model"]["name"], int(self.meta["tp"]))
@@ -159,8 +179,14 @@ class EngineStepModel:
         than running eager code above the largest capture size."""
         return tokens <= self.max_graph
 
-    def _is_graph_decode(self, prefill_tokens: int, decode_seqs: int) -> bool:
-        return prefill_tokens == 0 and 0 < decode_seqs <= self.max_graph
+    def _decode_top(self) -> int:
+        """The largest graph, or the largest measured decode-only batch when the table measured
+        eager ones at ``EAGER_DECODE_FROM`` x the largest graph or more (module docstring)."""
+        top = max((r["decode_seqs"] for r in self.rows if not r["prefill_tokens"]), default=0)
+        return top if top >= EAGER_DECODE_FROM * self.max_graph else self.max_graph
+
+    def _on_decode_curve(self, prefill_tokens: int, decode_seqs: int) -> bool:
+        return prefill_tokens == 0 and 0 < decode_seqs <= self.decode_top
 
     def _decode_x(self, b, ctx, mx, idle=0) -> list[float]:
         mx = mx or ctx / b  # 0: longest context unknown, assume the batch's mean
@@ -260,8 +286,8 @@ class EngineStepModel:
     def fit(self, train: list[dict]) -> None:
         """Non-negative median regression on relative error, each regime on its own steps."""
         train = [r for r in train if r["target"] is not None]
-        dec = [r for r in train if self._is_graph_decode(r["prefill_tokens"], r["decode_seqs"])]
-        mix = [r for r in train if not self._is_graph_decode(r["prefill_tokens"], r["decode_seqs"])]
+        dec = [r for r in train if self._on_decode_curve(r["prefill_tokens"], r["decode_seqs"])]
+        mix = [r for r in train if not self._on_decode_curve(r["prefill_tokens"], r["decode_seqs"])]
         if self.decode_knots is None:
             self.decode_knots = self._measured_sizes(dec)
         if len(self.decode_knots) < 2 or len(mix) < 2 * len(TOKEN_KNOTS):
@@ -324,8 +350,12 @@ class EngineStepModel:
         decode_ctx: int,
         decode_max: int = 0,
     ) -> float:
-        if self._is_graph_decode(prefill_tokens, decode_seqs):
+        if self._on_decode_curve(prefill_tokens, decode_seqs):
             return self._graph_decode_s(decode_seqs, decode_ctx, decode_max)
+        if prefill_tokens + decode_seqs > self.tokens_measured or (
+            not prefill_tokens and decode_seqs > self.decode_seqs_measured
+        ):
+            self._beyond_table(prefill_tokens, decode_seqs)
         x = self._mixed_x(prefill_tokens, prefill_attn, prefill_seqs, decode_seqs, decode_ctx)
         return float(np.dot(x, self.c_mix))
 
@@ -333,12 +363,36 @@ class EngineStepModel:
         """A graph-replayed decode step of ``b`` sequences on a busy engine: the measured
         graph size's value (`_graph_w`) plus its KV read and longest-context terms."""
         mx = mx or ctx / b  # as `_decode_x`
-        return self._graph_w[self.padded(b)] + self._c_ctx * ctx + self._c_max * mx
+        p = self.padded(b)
+        w = self._graph_w.get(p)
+        if w is None:  # an eager batch size (tables with the `wide` family)
+            w = self._graph_w[p] = float(
+                np.dot(hat(p, self.decode_knots), self.c_dec[: len(self.decode_knots)])
+            )
+        return w + self._c_ctx * ctx + self._c_max * mx
+
+    def _beyond_table(self, prefill_tokens: int, decode_seqs: int) -> None:
+        """Say once per kind that a step lies beyond what the table measured (a decode-only
+        batch above its largest, or more tokens than its largest step): its time is the fitted
+        curve's extrapolation, which the held-out error does not cover."""
+        key = "tokens" if prefill_tokens else "decode"
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        if prefill_tokens:
+            kind = f"a step of {prefill_tokens + decode_seqs} tokens (largest measured: "
+            kind += f"{self.tokens_measured})"
+        else:
+            kind = f"a decode-only batch of {decode_seqs} sequences (largest measured: "
+            kind += f"{self.decode_seqs_measured})"
+        text = f"{self.name}: {kind} is beyond the table; extrapolated"
+        self.warnings.append(text)
+        warnings.warn(text, RuntimeWarning, stacklevel=3)
 
     def _own(self, r: dict) -> float:
         """The step's time from its regime's coefficients (its idle start included): what
         `step_time` charges, plus the idle term."""
-        if self._is_graph_decode(r["prefill_tokens"], r["decode_seqs"]):
+        if self._on_decode_curve(r["prefill_tokens"], r["decode_seqs"]):
             busy = self._graph_decode_s(r["decode_seqs"], r["decode_ctx"], r["decode_max"])
             return busy + self._c_idle * r["after_idle"]
         return float(np.dot(self._row_mixed_x(r), self.c_mix))
@@ -383,6 +437,7 @@ class EngineStepModel:
                 )
             },
             "frontend": self.meta.get("frontend") or "not measured",
+            "warnings": list(self.warnings),
         }
 
 
@@ -501,8 +556,11 @@ def _read_meta(table_dir: Path) -> dict:
     return meta
 
 
-#: integer columns of ``steps.csv`` (the rest: scenario and split text, two floats)
-_INT = tuple(c for c in STEP_COLUMNS if c not in ("scenario", "split", "prefill_attn", "dur_us"))
+#: float columns of ``steps.csv`` (attention features count keys read per layer, fractional
+#: for a model with sliding layers; and the measured time)
+_FLOAT = ("prefill_attn", "decode_ctx", "dur_us")
+#: integer columns (the rest, but for the scenario and split text)
+_INT = tuple(c for c in STEP_COLUMNS if c not in ("scenario", "split", *_FLOAT))
 
 
 def read_steps_csv(path: Path) -> list[dict]:
@@ -514,8 +572,7 @@ def read_steps_csv(path: Path) -> list[dict]:
             raw["group"] = raw["step_id"]
         try:
             r = {c: int(raw[c]) for c in _INT}
-            r["prefill_attn"] = float(raw["prefill_attn"])
-            r["dur_us"] = float(raw["dur_us"])
+            r.update((c, float(raw[c])) for c in _FLOAT)
         except (TypeError, ValueError):
             raise ConfigError(str(path), f"line {line}", f"expected numbers, got {raw}") from None
         if raw["split"] not in ("train", "test") or r["dur_us"] <= 0:
