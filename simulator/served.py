@@ -240,15 +240,25 @@ class MLAAttentionSpec(KVSpec):
         return self.block_size * self.cache_width * DTYPE_BYTES[self.dtype]
 
 
+def pool_unit_layers(group_layers: list[int]) -> int:
+    """Layers one pool page covers, as vLLM 0.24's hybrid KV cache manager groups them
+    (``kv_cache_utils._get_kv_cache_groups_uniform_page_size``): the smallest attention type's
+    layer count (the "1" of an n:1 pattern), or the largest when it is under 1.5x the smallest
+    (12 sliding + 13 full: 13, not 12 x 2); a type whose layers do not fill whole pages is padded
+    (Gemma-3-27B's 52 sliding layers take 6 pages of 10, the 8 padding layers' KV held and
+    unused)."""
+    lo, hi = min(group_layers), max(group_layers)
+    return hi if hi < 1.5 * lo else lo
+
+
 @dataclass(frozen=True)
 class KVPool:
     """How the layer groups share one block pool (after vLLM's hybrid KV cache manager).
 
-    A pool block is one page for ``unit_layers`` layers (the greatest common divisor of the
-    groups' layer counts; vLLM instead pads groups to equal size); a group of ``n`` layers takes
-    ``n / unit_layers`` pool blocks per ``block_size`` tokens (``groups``: (spec, that
-    multiple)). With one group (every dense or MLA model) a pool block is the whole model's
-    block, as before groups existed.
+    A pool block is one page for ``unit_layers`` layers (`pool_unit_layers`); a group of ``n``
+    layers takes ``ceil(n / unit_layers)`` pool blocks per ``block_size`` tokens (``groups``:
+    (spec, that multiple)), padding included. With one group (every dense or MLA model) a pool
+    block is the whole model's block, as before groups existed.
     """
 
     groups: tuple[tuple[KVSpec, int], ...]
@@ -600,8 +610,8 @@ class ShardedModel:
         """The groups' shared block pool (`KVPool`): what one pool block is and how many each
         group takes per ``block_size`` tokens."""
         specs = self.kv_specs(block_size)
-        unit = math.gcd(*(s.num_layers for s in specs))
-        groups = tuple((s, s.num_layers // unit) for s in specs)
+        unit = pool_unit_layers([s.num_layers for s in specs])
+        groups = tuple((s, -(-s.num_layers // unit)) for s in specs)
         return KVPool(groups, specs[0].page_size_bytes * unit if len(specs) > 1
                       else specs[0].bytes_per_block)  # fmt: skip
 
