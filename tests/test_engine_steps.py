@@ -799,3 +799,18 @@ def test_eager_decode_batches_join_the_decode_curve_only_when_measured_well_abov
     d.mkdir()
     small = EngineStepModel(_table(d, batches=(*DECODE_BATCHES, 513)), "toy", 1)
     assert small.decode_top == 512 and max(small.decode_knots) <= 512
+
+
+def test_eager_sizes_a_drain_visits_in_each_pass_share_one_knot(tmp_path):
+    """A wide batch draining visits 522 in one pass and 524 in two: one knot (at 524, where most
+    steps ran), as 582/585 are another; a size with fewer than MIN_KNOT_STEPS steps in all its
+    passes, and held-out steps, make none."""
+    wide = (*DECODE_BATCHES, 513, 540, 600, 768, 1024)
+    m = EngineStepModel(_table(tmp_path, n=1200, truth=_eager_cliff, batches=wide), "toy", 1)
+
+    def row(b, split="train"):
+        return {"decode_seqs": b, "prefill_tokens": 0, "split": split}
+
+    sizes = (522, 524, 524, 582, 585, 585, 700, 701)
+    m.rows = [row(b) for b in sizes] + [row(900, "test")] * 5
+    assert m._eager_sizes() == {524, 585}

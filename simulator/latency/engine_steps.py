@@ -77,6 +77,8 @@ OPTIONAL_COLUMNS = ("group",)
 #: eager decode-only batches join the decode curve when the table measured one this many times
 #: the largest CUDA graph or more (module docstring)
 EAGER_DECODE_FROM = 1.25
+#: eager decode sizes within this fraction of each other share a knot (`_eager_sizes`)
+EAGER_KNOT_SPREAD = 0.01
 #: a CUDA-graph size becomes a knot of the decode curve when this many training steps ran at it
 MIN_KNOT_STEPS = 3
 TOKEN_KNOTS = (1, 256, 1024, 4096, 8192, 16384)
@@ -289,7 +291,7 @@ class EngineStepModel:
         dec = [r for r in train if self._on_decode_curve(r["prefill_tokens"], r["decode_seqs"])]
         mix = [r for r in train if not self._on_decode_curve(r["prefill_tokens"], r["decode_seqs"])]
         if self.decode_knots is None:
-            self.decode_knots = self._measured_sizes(dec)
+            self.decode_knots = tuple(sorted({*self._measured_sizes(dec), *self._eager_sizes()}))
         if len(self.decode_knots) < 2 or len(mix) < 2 * len(TOKEN_KNOTS):
             raise ConfigError(
                 str(self.dir / "steps.csv"),
@@ -311,6 +313,36 @@ class EngineStepModel:
         """The CUDA-graph sizes at least ``MIN_KNOT_STEPS`` of the decode steps ``dec`` ran at."""
         runs = Counter(self.padded(r["decode_seqs"]) for r in dec)
         return tuple(sorted(p for p, n in runs.items() if n >= MIN_KNOT_STEPS))
+
+    def _eager_sizes(self) -> set[int]:
+        """Knots for eager decode-only batches (above the largest graph, up to `decode_top`):
+        sizes within ``EAGER_KNOT_SPREAD`` of each other join one knot (the size most of their
+        training steps ran at) when ``MIN_KNOT_STEPS`` steps ran there, every pass's step
+        counted. A wide batch draining visits a slightly different size each pass (522, 524,
+        524), and after `median_of_repeats` each would count once: without this the curve
+        jumps straight from the largest graph to the widest batch, across the cliff eager
+        decode can have (module docstring)."""
+        runs = Counter(
+            r["decode_seqs"]
+            for r in self.rows
+            if r["split"] == "train" and not r["prefill_tokens"]
+            and self.max_graph < r["decode_seqs"] <= self.decode_top
+        )  # fmt: skip
+        knots, group = set(), []
+        for b in sorted(runs):
+            if group and b > group[0] * (1 + EAGER_KNOT_SPREAD):
+                knots.add(self._eager_knot(group, runs))
+                group = []
+            group.append(b)
+        if group:
+            knots.add(self._eager_knot(group, runs))
+        return {k for k in knots if k is not None}
+
+    @staticmethod
+    def _eager_knot(group: list[int], runs: Counter) -> int | None:
+        if sum(runs[b] for b in group) < MIN_KNOT_STEPS:
+            return None
+        return max(group, key=lambda b: (runs[b], b))
 
     def _row_decode_x(self, r: dict) -> list[float]:
         return self._decode_x(r["decode_seqs"], r["decode_ctx"], r["decode_max"], r["after_idle"])
