@@ -17,13 +17,15 @@ features depend on it. Nothing is guessed.
 
 from __future__ import annotations
 
+from profiles.vllm_steps import record_key
+
 
 def _ends(requests: dict, scenarios: list[dict]) -> dict[str, float]:
     """When each request stopped decoding at the latest: its end, or for a request aborted
     with its scenario (no end recorded), the scenario's end."""
     t1 = {sc["id"]: sc["t1"] for sc in scenarios}
     inf = float("inf")
-    return {k: r.get("t_end", t1.get(k.split("/")[0], inf)) for k, r in requests.items()}
+    return {k: r.get("t_end", t1.get(k.rpartition("/")[0], inf)) for k, r in requests.items()}
 
 
 def decode_contexts(steps: list[dict], requests: dict, scenarios: list[dict]) -> list:
@@ -49,7 +51,7 @@ def decode_contexts(steps: list[dict], requests: dict, scenarios: list[dict]) ->
             if v[1] == 0:
                 del active[key]
         for rid, n, before in s["pf"]:
-            key = rid.rsplit("-", 1)[0]
+            key = record_key(rid)
             r = requests.get(key)
             if r is not None and before + n == r["prompt"] and r["out"] > 1:
                 active[key] = [r["prompt"] + 1, r["out"] - 1]

@@ -61,6 +61,12 @@ def composition(sched, out) -> dict:
     }
 
 
+def record_key(request_id: str) -> str:
+    """A profiling run's key of a request (``"<scenario>/<index>"``, `profiles.vllm_run`) from
+    the id the engine logs, which vLLM suffixes with ``-<hex>``."""
+    return request_id.rsplit("-", 1)[0]
+
+
 class _Writer:
     """Buffered JSON-lines writer flushed by a daemon thread (opened lazily in the child)."""
 

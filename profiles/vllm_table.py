@@ -32,7 +32,7 @@ import yaml
 from profiles.gpu_energy import energy_between, read_energy
 from profiles.vllm_contexts import decode_contexts
 from profiles.vllm_run import read_partial
-from profiles.vllm_steps import read_steps
+from profiles.vllm_steps import read_steps, record_key
 from simulator.errors import ConfigError
 from simulator.hardware import load_gpu
 from simulator.latency.base import chunk_attn_pairs
@@ -279,7 +279,7 @@ def _input_bounds(requests: dict, steps: list[dict]) -> list[tuple[float, float]
     first: dict[str, int] = {}
     for i, s in enumerate(steps):
         for rid, _, _ in s["pf"]:
-            first.setdefault(rid.rsplit("-", 1)[0], i)
+            first.setdefault(record_key(rid), i)
     out = []
     for rid, rec in requests.items():
         i = first.get(rid, 0)

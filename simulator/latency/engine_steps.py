@@ -126,6 +126,14 @@ class EngineStepModel:
         self.capture_sizes = sorted(int(x) for x in comp.get("cudagraph_capture_sizes") or [])
         self.max_graph = self.capture_sizes[-1] if self.capture_sizes else 0
         self.rows = read_steps_csv(self.dir / "steps.csv")
+        #: the largest decode-only batch and step (tokens) the table measured: a run's step
+        #: beyond either is extrapolated, and the run says so (`warnings`, once per kind)
+        self.decode_seqs_measured = max(
+            (r["decode_seqs"] for r in self.rows if r["prefill_tokens"] == 0), default=0
+        )
+        self.tokens_measured = max(r["prefill_tokens"] + r["decode_seqs"] for r in self.rows)
+        self.warnings: list[str] = []
+        self._warned: set[str] = set()
         #: the largest decode-only batch on the decode curve (`_on_decode_curve`)
         self.decode_top = self._decode_top()
         fe = self.meta.get("frontend") or {}
@@ -151,14 +159,6 @@ class EngineStepModel:
             self._attribute()
             self.fit(median_of_repeats([r for r in self.rows if r["split"] == "train"]))
             self._fit_launch([r for r in self.rows if r["split"] == "train" and not r["burst"]])
-        #: the largest decode-only batch and step (tokens) the table measured: a run's step
-        #: beyond either is extrapolated, and the run says so (`warnings`, once per kind)
-        self.decode_seqs_measured = max(
-            (r["decode_seqs"] for r in self.rows if r["prefill_tokens"] == 0), default=0
-        )
-        self.tokens_measured = max(r["prefill_tokens"] + r["decode_seqs"] for r in self.rows)
-        self.warnings: list[str] = []
-        self._warned: set[str] = set()
 
     def _check_matches(self, model_name: str, tp: int) -> None:
         got = (self.meta["model"]["name"], int(self.meta["tp"]))
@@ -184,7 +184,7 @@ class EngineStepModel:
     def _decode_top(self) -> int:
         """The largest graph, or the largest measured decode-only batch when the table measured
         eager ones at ``EAGER_DECODE_FROM`` x the largest graph or more (module docstring)."""
-        top = max((r["decode_seqs"] for r in self.rows if not r["prefill_tokens"]), default=0)
+        top = self.decode_seqs_measured
         return top if top >= EAGER_DECODE_FROM * self.max_graph else self.max_graph
 
     def _on_decode_curve(self, prefill_tokens: int, decode_seqs: int) -> bool:
@@ -303,8 +303,7 @@ class EngineStepModel:
         self.c_dec, n_dec = self._fit_regime(dec, self._row_decode_x, 0)
         self.c_mix, n_mix = self._fit_regime(mix, self._row_mixed_x, len(TOKEN_KNOTS))
         k = len(self.decode_knots)
-        self._graph_w = {p: float(np.dot(hat(p, self.decode_knots), self.c_dec[:k]))
-                         for p in self.capture_sizes}  # fmt: skip
+        self._graph_w = {p: self._curve_w(p) for p in self.capture_sizes}
         self._c_ctx, self._c_max, self._c_idle = (float(c) for c in self.c_dec[k : k + 3])
         self.far_off = n_dec + n_mix
         self.train_steps = len(train)
@@ -398,10 +397,12 @@ class EngineStepModel:
         p = self.padded(b)
         w = self._graph_w.get(p)
         if w is None:  # an eager batch size (tables with the `wide` family)
-            w = self._graph_w[p] = float(
-                np.dot(hat(p, self.decode_knots), self.c_dec[: len(self.decode_knots)])
-            )
+            w = self._graph_w[p] = self._curve_w(p)
         return w + self._c_ctx * ctx + self._c_max * mx
+
+    def _curve_w(self, p: int) -> float:
+        """The decode curve's base value at batch size ``p`` (its knots' coefficients)."""
+        return float(np.dot(hat(p, self.decode_knots), self.c_dec[: len(self.decode_knots)]))
 
     def _beyond_table(self, prefill_tokens: int, decode_seqs: int) -> None:
         """Say once per kind that a step lies beyond what the table measured (a decode-only
