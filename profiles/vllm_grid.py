@@ -77,10 +77,14 @@ LONG_INJECT_PROMPTS = (24576, 98304)
 #: contexts, and the tokens a wide scenario may hold (its own cap: a 1,024 x 1,024 batch)
 WIDE_BATCHES = (768, 1024)
 WIDE_CONTEXTS = (128, 1024)
-WIDE_MAX_TOKENS = 1_100_000
+WIDE_MAX_TOKENS = 1_250_000
+#: requests of a wide batch that end a step once it has decoded together (`_wide_outs`)
+WIDE_END_PER_STEP = 8
 PREFILL_ONLY = (16, 48, 100, 200, 350, 500, 700, 1000, 1500, 2500, 4000, 6000, 8000)
-#: decode steps per batch scenario
+#: decode steps per batch scenario, all its requests together (`covering_outs`)
 DECODE_OUT = 24
+#: the engine's ``max_num_batched_tokens`` (``vllm serve``'s default) when none is given
+TOKEN_BUDGET = 8192
 #: a batch scenario's prompt tokens at most (its prefill time is the grid's main cost)
 MAX_SCENARIO_TOKENS = 300_000
 TEST_EVERY = 3  # every third scenario of each family (by a seeded shuffle) is held out
@@ -98,35 +102,41 @@ def scenarios(
     max_tokens: int = MAX_SCENARIO_TOKENS,
     max_num_seqs: int = 0,
     max_graph: int = 0,
+    token_budget: int = TOKEN_BUDGET,
 ) -> list[dict]:
     """The profiling scenarios for a model whose engine holds ``kv_tokens`` KV tokens; a
     scenario holds ``max_tokens`` prompt + output tokens at most (a 70B model's prefill is ~9x
     an 8B's, so its grid is capped lower to fit a GPU call). ``max_num_seqs`` and
     ``max_graph`` (the engine's largest CUDA graph): the ``wide`` family when the first
-    exceeds the second (0: neither known, no such family)."""
+    exceeds the second (0: neither known, no such family). ``token_budget``: the engine's
+    ``max_num_batched_tokens``, which sets how many steps a batch takes to fill
+    (`covering_outs`)."""
     rng = random.Random(seed)
+    fill = _Fill(token_budget, max_model_len)
     cap = min(max_tokens, int(0.8 * kv_tokens))
     out: list[dict] = []
     for c in DECODE_CONTEXTS:
         for b in DECODE_BATCHES:
-            if b * (c + DECODE_OUT) <= cap and c + DECODE_OUT < max_model_len:
-                out.append(_batch(f"dec_b{b}_c{c}", [c] * b, DECODE_OUT))
+            sc = fill.batch(f"dec_b{b}_c{c}", [c] * b)
+            if tokens(sc) <= cap and c + DECODE_OUT < max_model_len:
+                out.append(sc)
     for c in SPREAD_CONTEXTS:
         for b in SPREAD_BATCHES:
             lens = _lognormal(rng, b, c, 1.0, max_model_len - DECODE_OUT - 1)
-            if sum(lens) + b * DECODE_OUT <= cap:
-                out.append(_batch(f"spread_b{b}_c{c}", lens, DECODE_OUT))
+            sc = fill.batch(f"spread_b{b}_c{c}", lens)
+            if tokens(sc) <= cap:
+                out.append(sc)
     longest = max(_drain_outs(DECODE_BATCHES[-1]))  # the largest drain's last request
     for c in DRAIN_CONTEXTS:
         b = min(DECODE_BATCHES[-1], cap // c, int(0.8 * kv_tokens) // (c + longest))
         if b >= 2 and c + longest < max_model_len:
             out.append(
                 {"id": f"drain_b{b}_c{c}", "kind": "batch", "prompts": [c] * b,
-                 "outs": _drain_outs(b)}
+                 "outs": fill.outs([c] * b, _drain_outs(b))}
             )  # fmt: skip
     for p in PREFILL_ONLY:
         if p + 2 < max_model_len:
-            out.append(_batch(f"prefill_p{p}", [p], 2))
+            out.append({"id": f"prefill_p{p}", "kind": "batch", "prompts": [p], "out": 2})
     for b, c in INJECT_BASES:
         inj = [p for p in INJECT_PROMPTS if p + c < max_model_len]
         if b * c <= cap:
@@ -142,24 +152,26 @@ def scenarios(
                 )
             )
     if max_model_len > LONG_FROM:
-        out += _long(max_model_len, cap)
+        out += _long(max_model_len, cap, fill)
     if max_num_seqs > max_graph > 0:
-        out += _wide(max_model_len, kv_tokens, max_num_seqs, max_graph, max_tokens)
+        out += _wide(max_model_len, kv_tokens, max_num_seqs, max_graph, max_tokens, fill)
     _split(out, rng)
     return out
 
 
-def _long(max_model_len: int, cap: int) -> list[dict]:
+def _long(max_model_len: int, cap: int, fill: _Fill) -> list[dict]:
     """The ``long`` family (module docstring); every scenario fits ``max_model_len`` (a prompt
     at the limit is cut to leave room for its outputs) and the token cap."""
     out = []
-    for p in LONG_PROMPTS:
-        p = min(p, max_model_len - DECODE_OUT - 1)
+    # prompts cut to the model's limit once: two cut to the same length would be one scenario
+    # id twice (Qwen3's 40,960: 65,536 and 131,072 both became long_p40935, run twice a pass)
+    for p in sorted({min(p, max_model_len - DECODE_OUT - 1) for p in LONG_PROMPTS}):
         if p + DECODE_OUT <= cap:
-            out.append(_batch(f"long_p{p}", [p], DECODE_OUT))
+            out.append(fill.batch(f"long_p{p}", [p]))
     for b, c in LONG_DECODE:
-        if b * (c + DECODE_OUT) <= cap and c + DECODE_OUT < max_model_len:
-            out.append(_batch(f"long_b{b}_c{c}", [c] * b, DECODE_OUT))
+        sc = fill.batch(f"long_b{b}_c{c}", [c] * b)
+        if tokens(sc) <= cap and c + DECODE_OUT < max_model_len:
+            out.append(sc)
     for b, c in LONG_INJECT:
         inj = [p for p in LONG_INJECT_PROMPTS if p + c < max_model_len]
         if inj and b * c + sum(inj) <= cap:
@@ -169,16 +181,30 @@ def _long(max_model_len: int, cap: int) -> list[dict]:
     return out
 
 
-def _wide(max_model_len: int, kv_tokens: int, seqs: int, graph: int, max_tokens: int) -> list:
+def _wide(
+    max_model_len: int, kv_tokens: int, seqs: int, graph: int, max_tokens: int, fill: _Fill
+) -> list:
     """The ``wide`` family (module docstring): batches above ``graph`` sequences up to
-    ``seqs``, within the KV cache and ``WIDE_MAX_TOKENS`` (or the grid's own cap, if larger)."""
+    ``seqs``, within the KV cache and ``WIDE_MAX_TOKENS`` (or the grid's own cap, if larger).
+    Once all are in, the batch decodes ``DECODE_OUT`` steps, then ``WIDE_END_PER_STEP`` requests
+    end a step down to ``graph``: eager decode is a step function of the batch (DeepSeek-V2-Lite:
+    11 ms at 522, 64 at 582), which only the sizes a run visits show (`_wide_outs`)."""
     cap = min(max(WIDE_MAX_TOKENS, max_tokens), int(0.8 * kv_tokens))
-    return [
-        _batch(f"wide_b{b}_c{c}", [c] * b, DECODE_OUT)
-        for c in WIDE_CONTEXTS
-        for b in WIDE_BATCHES
-        if graph < b <= seqs and b * (c + DECODE_OUT) <= cap and c + DECODE_OUT < max_model_len
-    ]
+    scs = []
+    for c in WIDE_CONTEXTS:
+        for b in WIDE_BATCHES:
+            if graph < b <= seqs and c + DECODE_OUT < max_model_len:
+                prompts = [c] * b
+                outs = fill.outs(prompts, _wide_outs(b, graph))
+                sc = {"id": f"wide_b{b}_c{c}", "kind": "batch", "prompts": prompts}
+                scs.append({**sc, "out": DECODE_OUT, "outs": outs})
+    return [sc for sc in scs if tokens(sc) <= cap]
+
+
+def _wide_outs(b: int, graph: int) -> list[int]:
+    """Output lengths of a wide batch of ``b``: ``DECODE_OUT`` steps together, then
+    ``WIDE_END_PER_STEP`` end a step until ``graph`` are left, which end together."""
+    return [DECODE_OUT + min(i, b - graph) // WIDE_END_PER_STEP for i in range(b)]
 
 
 def repeated(scs: list[dict], repeats: int) -> list[dict]:
@@ -214,8 +240,56 @@ def _split(scs: list[dict], rng: random.Random) -> None:
             sc["split"] = "test" if rank % TEST_EVERY == TEST_EVERY - 1 else "train"
 
 
-def _batch(sid: str, prompts: list[int], n_out: int) -> dict:
-    return {"id": sid, "kind": "batch", "prompts": prompts, "out": n_out}
+class _Fill:
+    """Output lengths that let a batch scenario reach its batch size (`covering_outs`)."""
+
+    def __init__(self, token_budget: int, max_model_len: int):
+        self.budget, self.max_model_len = token_budget, max_model_len
+
+    def outs(self, prompts: list[int], outs: list[int]) -> list[int]:
+        """`covering_outs`, each request kept within the model's context."""
+        longer = covering_outs(prompts, outs, self.budget)
+        return [
+            max(o, min(m, self.max_model_len - 1 - p))
+            for p, o, m in zip(prompts, outs, longer, strict=True)
+        ]
+
+    def batch(self, sid: str, prompts: list[int]) -> dict:
+        """A batch scenario: every request decodes ``DECODE_OUT`` steps once all are in."""
+        outs = self.outs(prompts, [DECODE_OUT] * len(prompts))
+        sc = {"id": sid, "kind": "batch", "prompts": prompts, "out": DECODE_OUT}
+        if len(set(outs)) > 1:
+            sc["outs"] = outs
+        return sc
+
+
+def tokens(sc: dict) -> int:
+    """Prompt and output tokens of a batch scenario: the KV it holds at its fullest."""
+    outs = sc.get("outs") or [sc["out"]] * len(sc["prompts"])
+    return sum(sc["prompts"]) + sum(outs)
+
+
+def covering_outs(prompts: list[int], outs: list[int], token_budget: int) -> list[int]:
+    """``outs`` lengthened so that request ``i`` is still decoding when the batch's last
+    prompt has been prefilled: ``outs[i]`` plus the steps between the end of its own prefill
+    and the end of the last one.
+
+    Why: a batch submitted at once is prefilled in chunks of the token budget, and its first
+    requests decode while the later ones prefill. With every output ``DECODE_OUT`` long, a batch
+    whose prompts take more steps than that to prefill never ran at its size: the first tables'
+    ``dec_b256_c1024`` peaked at 176 decodes, ``wide_b1024_c1024`` at 179, ``dec_b64_c4096`` at
+    46, so decode at large batches over 1k+ contexts was never measured (DeepSeek-V2-Lite's
+    eager decode at 1.2k contexts: 105-130 ms a step in serving, 64-80 ms measured at 128).
+    Steps are counted at the budget less one token per sequence (the decodes' share of a step
+    at most), so the counts are upper bounds: the early requests may decode a few steps past
+    the batch's full size before ending, which only adds decode steps near it."""
+    rate = max(token_budget - len(prompts), token_budget // 2)
+    last = -(-sum(prompts) // rate)
+    cum, out = 0, []
+    for p, o in zip(prompts, outs, strict=True):
+        cum += p
+        out.append(o + last - -(-cum // rate))
+    return out
 
 
 def _drain_outs(b: int) -> list[int]:

@@ -61,6 +61,8 @@ MULTICAST_OFF = {
 #: (vllm/distributed/device_communicators/symm_mem.py, ``_WORLD_SIZES_MULTIMEM["9.0"]``); there
 #: it is turned off and the engine config records it. At TP2 it is two-shot and stays on.
 MULTIMEM_TP = (4, 6, 8)
+#: the largest decode batch of the warm-up drain before any recorded phase (`main_async`)
+WARMUP_DRAIN = 32
 
 
 def serve_env(tp: int) -> dict[str, str]:
@@ -219,6 +221,7 @@ async def run_profile(client: Client, phase: dict, facts: dict, out: Path) -> di
         phase.get("max_scenario_tokens", vllm_grid.MAX_SCENARIO_TOKENS),
         facts["scheduler"]["max_num_seqs"],
         facts["compilation"]["max_cudagraph_capture_size"],
+        facts["scheduler"]["max_num_batched_tokens"],
     )
     scs = scs[: phase["limit"]] if phase.get("limit") else scs  # a smoke test's few
     grid = len(scs)
@@ -294,9 +297,13 @@ async def main_async(job: dict, out: Path) -> None:
     print(json.dumps(facts), flush=True)
     vocab = model_cfg["vocab_size"]
     # the engine's first requests pay one-time warm-up (seen: a 415 ms first step), which no
-    # recorded phase should carry
+    # recorded phase should carry. Decode batches pay theirs at first use too: Qwen3-30B-A3B's
+    # first replay phase had 0.8 s and 1.4 s steps at decode batches 3 and 6 in both recorded
+    # replays (validation/vllm-0.24/README.md), after the prefill warm-up, so a drain through
+    # every decode batch from WARMUP_DRAIN down to 1 follows it (not yet run on a GPU)
     warm = Client(engine, vocab, seed=-1)
     await asyncio.gather(*(warm.request(f"warmup/{i}", 512 * (i + 1), 8) for i in range(4)))
+    await asyncio.gather(*(warm.request(f"warmup/d{i}", 16, 2 + i) for i in range(WARMUP_DRAIN)))
     energy = gpu_energy.EnergySampler(out / f"energy.{os.getpid()}.jsonl").start()
     t_idle = time.monotonic()
     await asyncio.sleep(2.0)  # an idle window: the engine's power with nothing to run
