@@ -114,26 +114,7 @@ def scenarios(
     rng = random.Random(seed)
     fill = _Fill(token_budget, max_model_len)
     cap = min(max_tokens, int(0.8 * kv_tokens))
-    out: list[dict] = []
-    for c in DECODE_CONTEXTS:
-        for b in DECODE_BATCHES:
-            sc = fill.batch(f"dec_b{b}_c{c}", [c] * b)
-            if tokens(sc) <= cap and c + DECODE_OUT < max_model_len:
-                out.append(sc)
-    for c in SPREAD_CONTEXTS:
-        for b in SPREAD_BATCHES:
-            lens = _lognormal(rng, b, c, 1.0, max_model_len - DECODE_OUT - 1)
-            sc = fill.batch(f"spread_b{b}_c{c}", lens)
-            if tokens(sc) <= cap:
-                out.append(sc)
-    longest = max(_drain_outs(DECODE_BATCHES[-1]))  # the largest drain's last request
-    for c in DRAIN_CONTEXTS:
-        b = min(DECODE_BATCHES[-1], cap // c, int(0.8 * kv_tokens) // (c + longest))
-        if b >= 2 and c + longest < max_model_len:
-            out.append(
-                {"id": f"drain_b{b}_c{c}", "kind": "batch", "prompts": [c] * b,
-                 "outs": fill.outs([c] * b, _drain_outs(b))}
-            )  # fmt: skip
+    out = _batches(max_model_len, kv_tokens, cap, fill, rng)
     for p in PREFILL_ONLY:
         if p + 2 < max_model_len:
             out.append({"id": f"prefill_p{p}", "kind": "batch", "prompts": [p], "out": 2})
@@ -156,6 +137,32 @@ def scenarios(
     if max_num_seqs > max_graph > 0:
         out += _wide(max_model_len, kv_tokens, max_num_seqs, max_graph, max_tokens, fill)
     _split(out, rng)
+    return out
+
+
+def _batches(max_model_len: int, kv_tokens: int, cap: int, fill: _Fill, rng) -> list[dict]:
+    """The ``dec``, ``spread`` and ``drain`` families (module docstring), within ``cap``
+    tokens a scenario; ``rng`` draws the spread prompts (first of the grid's draws)."""
+    out: list[dict] = []
+    for c in DECODE_CONTEXTS:
+        for b in DECODE_BATCHES:
+            sc = fill.batch(f"dec_b{b}_c{c}", [c] * b)
+            if tokens(sc) <= cap and c + DECODE_OUT < max_model_len:
+                out.append(sc)
+    for c in SPREAD_CONTEXTS:
+        for b in SPREAD_BATCHES:
+            lens = _lognormal(rng, b, c, 1.0, max_model_len - DECODE_OUT - 1)
+            sc = fill.batch(f"spread_b{b}_c{c}", lens)
+            if tokens(sc) <= cap:
+                out.append(sc)
+    longest = max(_drain_outs(DECODE_BATCHES[-1]))  # the largest drain's last request
+    for c in DRAIN_CONTEXTS:
+        b = min(DECODE_BATCHES[-1], cap // c, int(0.8 * kv_tokens) // (c + longest))
+        if b >= 2 and c + longest < max_model_len:
+            out.append(
+                {"id": f"drain_b{b}_c{c}", "kind": "batch", "prompts": [c] * b,
+                 "outs": fill.outs([c] * b, _drain_outs(b))}
+            )  # fmt: skip
     return out
 
 
