@@ -5,10 +5,11 @@ sets of requests submitted together, chosen so that the engine's own scheduler p
 compositions the latency model needs (see ``profiles/README.md``):
 
 * ``batch``: ``B`` prompts of length ``C`` (or lognormal lengths of mean ``C``, the spread real
-  batches have) with ``out`` output tokens each. vLLM prefills them in 8192-token chunks (pure
-  and multi-sequence prefill steps, chunks over cached context), then early finishers decode
-  beside later prefills (mixed steps), then all ``B`` decode together for ``out`` steps
-  (decode-only steps at batch ``B`` and contexts ``C .. C + out``);
+  batches have). vLLM prefills them in 8192-token chunks (pure and multi-sequence prefill steps,
+  chunks over cached context), while the early ones decode beside later prefills (mixed steps),
+  then all ``B`` decode together for ``out`` steps (decode-only steps at batch ``B`` and
+  contexts ``C .. C + out``): each request's output is ``out`` plus the steps it decodes while
+  the batch fills (``outs``, `covering_outs`);
 * ``drain``: ``B`` equal prompts whose outputs end two per decode step (``outs``), so after
   the prefill the decode batch shrinks from ``B`` to 1 and runs at every CUDA-graph size the
   engine pads to: measured, not interpolated between the ``batch`` sizes (vLLM's FP8 GEMMs get
@@ -21,7 +22,8 @@ compositions the latency model needs (see ``profiles/README.md``):
   running batch (mixed steps whose chunk attends over tens of thousands of cached keys): the
   context terms measured where long-context serving runs, not extrapolated from 8k;
 * ``wide`` (only for engines that run more sequences than their largest CUDA graph): decode
-  batches of 768 and 1,024 sequences, which run eagerly. Serving with a large KV cache reaches
+  batches of 768 and 1,024 sequences, which run eagerly, then shrink ``WIDE_END_PER_STEP`` a step
+  to the largest graph. Serving with a large KV cache reaches
   them (DeepSeek-V2-Lite's 3.4M tokens: 1,018 running decodes at 75-117 ms a step, where a table
   that stopped at 513 extrapolated 15-20 ms; validation/vllm-0.24/README.md);
 * ``inject`` with ``rate_per_s``: prompts of lognormal lengths arrive at seeded exponential gaps
