@@ -887,3 +887,36 @@ def test_eager_sizes_a_drain_visits_in_each_pass_share_one_knot(tmp_path):
     sizes = (522, 524, 524, 582, 585, 585, 700, 701)
     m.rows = [row(b) for b in sizes] + [row(900, "test")] * 5
     assert m._eager_sizes() == {524, 585}
+
+
+def test_a_profile_sizes_its_batches_with_the_engines_token_budget(tmp_path, monkeypatch):
+    """`run_profile` hands the engine's ``max_num_batched_tokens`` to the grid, which sets how
+    long each batch takes to fill (`covering_outs`)."""
+    import asyncio
+
+    from profiles import vllm_run
+
+    seen = []
+    monkeypatch.setattr(vllm_run.vllm_grid, "scenarios", lambda *a: seen.append(a) or [])
+
+    class NoEngine:
+        records: dict = {}
+
+    facts = {
+        "cache": {"num_gpu_blocks": 1000, "block_size": 16},
+        "model": {"max_model_len": 8192},
+        "scheduler": {"max_num_seqs": 256, "max_num_batched_tokens": 2048},
+        "compilation": {"max_cudagraph_capture_size": 512},
+    }
+    res = asyncio.run(vllm_run.run_profile(NoEngine(), {"name": "p"}, facts, tmp_path))
+    assert res["scenarios"] == [] and seen[0][-1] == 2048
+    # and the budget sets the outputs: 64 x 1,024 prompt tokens at (budget - 64) a step fill in
+    # 34 steps at 2,048 and 9 at 8,192; the first request's prompt ends on step 1, so it decodes
+    # 33 (8) steps before the batch is whole, then DECODE_OUT with it
+    sc8k, sc2k = (
+        next(s for s in scenarios(8192, 900_000, 0, 300_000, 0, 0, b) if s["id"] == "dec_b64_c1024")
+        for b in (8192, 2048)
+    )
+    from profiles.vllm_grid import DECODE_OUT
+
+    assert max(sc2k["outs"]) - DECODE_OUT == 33 and max(sc8k["outs"]) - DECODE_OUT == 8
