@@ -161,10 +161,7 @@ def _batches(max_model_len: int, kv_tokens: int, cap: int, fill: _Fill, rng) -> 
     for c in DRAIN_CONTEXTS:
         b = min(DECODE_BATCHES[-1], cap // c, int(0.8 * kv_tokens) // (c + longest))
         if b >= 2 and c + longest < max_model_len:
-            out.append(
-                {"id": f"drain_b{b}_c{c}", "kind": "batch", "prompts": [c] * b,
-                 "outs": fill.outs([c] * b, _drain_outs(b))}
-            )  # fmt: skip
+            out.append(fill.batch(f"drain_b{b}_c{c}", [c] * b, _drain_outs(b)))
     return out
 
 
@@ -199,14 +196,12 @@ def _wide(
     end a step down to ``graph``: eager decode is a step function of the batch (DeepSeek-V2-Lite:
     11 ms at 522, 64 at 582), which only the sizes a run visits show (`_wide_outs`)."""
     cap = min(max(WIDE_MAX_TOKENS, max_tokens), int(0.8 * kv_tokens))
-    scs = []
-    for c in WIDE_CONTEXTS:
-        for b in WIDE_BATCHES:
-            if graph < b <= seqs and c + DECODE_OUT < max_model_len:
-                prompts = [c] * b
-                outs = fill.outs(prompts, _wide_outs(b, graph))
-                sc = {"id": f"wide_b{b}_c{c}", "kind": "batch", "prompts": prompts}
-                scs.append({**sc, "out": DECODE_OUT, "outs": outs})
+    scs = [
+        fill.batch(f"wide_b{b}_c{c}", [c] * b, _wide_outs(b, graph))
+        for c in WIDE_CONTEXTS
+        for b in WIDE_BATCHES
+        if graph < b <= seqs and c + DECODE_OUT < max_model_len
+    ]
     return [sc for sc in scs if tokens(sc) <= cap]
 
 
@@ -263,19 +258,25 @@ class _Fill:
             for p, o, m in zip(prompts, outs, longer, strict=True)
         ]
 
-    def batch(self, sid: str, prompts: list[int]) -> dict:
-        """A batch scenario: every request decodes ``DECODE_OUT`` steps once all are in."""
-        outs = self.outs(prompts, [DECODE_OUT] * len(prompts))
+    def batch(self, sid: str, prompts: list[int], base: list[int] | None = None) -> dict:
+        """A batch scenario: once all are in, every request decodes ``DECODE_OUT`` steps, or
+        its ``base`` output less what it decoded while the batch filled (a drain's, a wide
+        batch's). ``out``: the steps all decode together; ``outs`` where they differ."""
+        outs = self.outs(prompts, base or [DECODE_OUT] * len(prompts))
         sc = {"id": sid, "kind": "batch", "prompts": prompts, "out": DECODE_OUT}
         if len(set(outs)) > 1:
             sc["outs"] = outs
         return sc
 
 
+def outputs(sc: dict) -> list[int]:
+    """The output length of each request of a batch scenario."""
+    return sc.get("outs") or [sc["out"]] * len(sc["prompts"])
+
+
 def tokens(sc: dict) -> int:
     """Prompt and output tokens of a batch scenario: the KV it holds at its fullest."""
-    outs = sc.get("outs") or [sc["out"]] * len(sc["prompts"])
-    return sum(sc["prompts"]) + sum(outs)
+    return sum(sc["prompts"]) + sum(outputs(sc))
 
 
 def covering_outs(prompts: list[int], outs: list[int], token_budget: int) -> list[int]:

@@ -157,7 +157,7 @@ async def run_scenario(client: Client, sc: dict) -> dict:
     t0 = time.monotonic()
     sid = sc["id"]
     if sc["kind"] == "batch":
-        outs = sc.get("outs") or [sc["out"]] * len(sc["prompts"])  # a drain's differ
+        outs = vllm_grid.outputs(sc)
         await asyncio.gather(
             *(
                 client.request(f"{sid}/{i}", p, o)
@@ -300,7 +300,8 @@ async def main_async(job: dict, out: Path) -> None:
     # recorded phase should carry. Decode batches pay theirs at first use too: Qwen3-30B-A3B's
     # first replay phase had 0.8 s and 1.4 s steps at decode batches 3 and 6 in both recorded
     # replays (validation/vllm-0.24/README.md), after the prefill warm-up, so a drain through
-    # every decode batch from WARMUP_DRAIN down to 1 follows it (not yet run on a GPU)
+    # every decode batch from WARMUP_DRAIN down to 1 follows it (first run in DeepSeek-V2-Lite's
+    # replay of 2026-11-26: no step above 300 ms after the warm-up; not yet in a Qwen3 replay)
     warm = Client(engine, vocab, seed=-1)
     await asyncio.gather(*(warm.request(f"warmup/{i}", 512 * (i + 1), 8) for i in range(4)))
     await asyncio.gather(*(warm.request(f"warmup/d{i}", 16, 2 + i) for i in range(WARMUP_DRAIN)))

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from profiles import engine_jobs, vllm_validate
-from profiles.vllm_grid import prompt_ids, repeated, scenarios
+from profiles.vllm_grid import outputs, prompt_ids, repeated, scenarios
 from profiles.vllm_steps import composition
 from profiles.vllm_table import frontend_delays, group_repeats, label, step_rows
 from simulator.errors import ConfigError
@@ -705,16 +705,12 @@ def test_a_drain_decodes_at_every_batch_size_down_to_one():
     assert drains[0]["id"] == "drain_b512_c128"
 
 
-def _outs(sc: dict) -> list[int]:
-    return sc.get("outs") or [sc["out"]] * len(sc["prompts"])
-
-
 def _decode_batches(sc: dict, budget: int = 8192) -> list[int]:
     """Running decodes per step of a batch scenario submitted at once, as a chunked-prefill
     engine steps it: each step gives one token of its budget to every running decode, the rest
     to prompts in arrival order (chunked); a request samples its first token on the step that
     ends its prompt and decodes until it has its outputs."""
-    prompts, outs = sc["prompts"], _outs(sc)
+    prompts, outs = sc["prompts"], outputs(sc)
     left, emitted, batches = list(prompts), [0] * len(prompts), []
     while any(e < o for e, o in zip(emitted, outs, strict=True)):
         dec = [i for i, e in enumerate(emitted) if left[i] == 0 and 0 < e < outs[i]]
@@ -744,7 +740,7 @@ def test_every_batch_scenario_decodes_at_its_full_batch():
             batches = _decode_batches(sc)
             # a prompt near the model's limit has no room for more outputs and may end early
             at_limit = sum(
-                p + o >= args[0] - 1 for p, o in zip(sc["prompts"], _outs(sc), strict=True)
+                p + o >= args[0] - 1 for p, o in zip(sc["prompts"], outputs(sc), strict=True)
             )
             assert max(batches) >= b - at_limit, sc["id"]
             if not at_limit:  # all decode together (less the first token, a prefill's)
