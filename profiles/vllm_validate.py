@@ -382,6 +382,8 @@ def step_model_on_real_batches(latency, real: list[dict]) -> dict | None:
     if predict is None:
         return None
     launch_s = getattr(latency, "launch_s", None)
+    if hasattr(latency, "set_row_dips"):
+        latency.set_row_dips(real)  # the clock dip after long prefills, as the simulator charges
     busy, waited = [], 0.0  # (row, predicted, charged) of the busy steps
     for k, r in enumerate(real):
         t = own = predict(r)

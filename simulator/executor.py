@@ -11,6 +11,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 from simulator.latency.base import StepLatencyModel, after_launch_wait, decode_run_times
+from simulator.latency.clock_dip import ClockState
 from simulator.plan import StepPlan
 
 if TYPE_CHECKING:
@@ -61,6 +62,13 @@ class SimulatedExecutor:
         self._waited = 0.0
         #: the model prices the prefill chunks' cached prefix (MLA's up-projection of it)
         self.prefill_ctx = getattr(latency, "uses_prefill_ctx", False)
+        #: decode steps slowed after a long prefill (`simulator.latency.clock_dip`): this
+        #: replica's heat, or None for a model without a dip
+        dip = getattr(latency, "clock_dip", None)
+        self.clock = ClockState(dip) if dip is not None else None
+        if self.clock is not None:
+            self._steady_run_times = self.decode_run_times
+            self.decode_run_times = self._dipped_run_times
 
     def _launch(self, tokens: int) -> float:
         """This launch's time: with a model that keeps its measured launch times
@@ -78,6 +86,8 @@ class SimulatedExecutor:
             t = self.step_time(*features, prefill_ctx=prefill_context(plan))
         else:
             t = self.step_time(*features)
+        if self.clock is not None:
+            t = self._dipped(t, replica.env.now, features[0])
         if self.launch_s is not None:
             if self._waited and plan.chunks:
                 t = after_launch_wait(t, self._waited)
@@ -88,6 +98,41 @@ class SimulatedExecutor:
         if plan.after_idle:
             t += self.idle_plan_s
         return t + plan.extra_s
+
+    def _dipped(self, t: float, start: float, prefill_tokens: int) -> float:
+        """A step's own time ``t`` with the clock dip: a decode-only step's stretched by its
+        factor; a long prefill heats the replica."""
+        if prefill_tokens:
+            self.clock.ran(start, t, prefill_tokens)
+            return t
+        return t * self.clock.factor(start)
+
+    def decode_factor(self, start: float) -> float:
+        """The clock-dip multiplier of a decode-only step starting at ``start`` (1 without a
+        dip); a replica's decode runs over sliding-window reads apply it step by step."""
+        return 1.0 if self.clock is None else self.clock.factor(start)
+
+    def _dipped_run_times(
+        self, n: int, ctx: int, longest: int, k: int, start: float, until: float
+    ) -> list[float]:
+        """`decode_run_times` with the clock dip: the steps that start while it is still above
+        `NEGLIGIBLE` one by one with their factors, the rest (factor exactly 1) as the steady
+        model's run, so the floats equal step-by-step `execute` calls."""
+        clock, step_time = self.clock, self.step_time
+        out: list[float] = []
+        t = start
+        while len(out) < max(k, 1):
+            f = clock.factor(t)
+            if f == 1.0:
+                return out + self._steady_run_times(n, ctx, longest, k - len(out), t, until)
+            dt = step_time(0, 0.0, 0, n, ctx, longest) * f
+            out.append(dt)
+            t += dt
+            ctx += n
+            longest += 1
+            if t >= until:
+                break
+        return out
 
 
 def idle_wake_s(latency) -> float:

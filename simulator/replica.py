@@ -436,6 +436,7 @@ class Replica:
         requests waiting it is one step: KV growth frees the window's blocks, which may admit
         one, so the policy must see every step (full attention frees nothing mid-run)."""
         d, reads, step_time = self.decoding, self._reads, self.executor.step_time
+        factor = getattr(self.executor, "decode_factor", None)  # the clock dip (executor)
         n = len(d)
         nxt = d.next_excess_clock()
         if nxt is not None:
@@ -447,6 +448,8 @@ class Replica:
         for _ in range(max(k, 1)):
             read = reads.decode(ctx, excess)
             dt = step_time(0, 0.0, 0, n, read, longest)
+            if factor is not None:
+                dt *= factor(t)
             run.append((t, dt, read, ctx))
             t += dt
             ctx += n

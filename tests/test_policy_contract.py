@@ -44,7 +44,7 @@ def cache_hit(q, after: int) -> bool:
     return q.num_preemptions > 0 and after < q.num_prompt_tokens
 
 
-def checked_run(name, coalesce, make_kv=None):
+def checked_run(name, coalesce, make_kv=None, latency=None):
     from simulator.latency.constant import ConstantLatencyModel  # noqa: F401
 
     problems = []
@@ -77,7 +77,7 @@ def checked_run(name, coalesce, make_kv=None):
     from tests.helpers import LinearLatency
 
     reqs, reps, cols = run(
-        workload(), name, PARAMS.get(name, {}), latency=LinearLatency(), num_blocks=64,
+        workload(), name, PARAMS.get(name, {}), latency=latency or LinearLatency(), num_blocks=64,
         block_size=8, max_model_len=512, coalesce=coalesce, wrap=wrap, make_kv=make_kv,
     )  # fmt: skip
     return problems, reqs, reps, cols
@@ -163,3 +163,30 @@ def test_policy_contract_sliding_window_with_prefix_cache(name):
     _, _, _, b = checked_run(name, coalesce=False, make_kv=_layered_prefix_kv)
     for key in ("first_token_s", "finish_s", "generated_tokens", "preemptions"):
         assert np.array_equal(a[key], b[key], equal_nan=True), key
+
+
+def _dipped_latency():
+    """`LinearLatency` with a clock dip that prompts of 64+ tokens trigger (the workload's
+    prompts are 1-200 tokens): decode steps after them are stretched up to 30%."""
+    from simulator.latency.clock_dip import ClockDip
+    from tests.helpers import LinearLatency
+
+    lat = LinearLatency()
+    lat.clock_dip = ClockDip(0.3, rise_s=0.002, recover_s=0.01, min_prefill_tokens=64)
+    return lat
+
+
+@pytest.mark.parametrize("make_kv", [None, _layered_kv], ids=["paged", "sliding"])
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_policy_coalesce_invariance_with_clock_dip(name, make_kv):
+    """With a latency model whose decode steps slow after long prefills (the executor's
+    per-replica heat), coalesced decode runs still equal step-by-step execution, and the dip
+    changes the run (so the comparison covers it), except under speculative decoding, whose
+    verify steps carry 1 + k query tokens each and are never decode-only steps."""
+    _, _, _, a = checked_run(name, coalesce=True, make_kv=make_kv, latency=_dipped_latency())
+    _, _, _, b = checked_run(name, coalesce=False, make_kv=make_kv, latency=_dipped_latency())
+    for key in ("first_token_s", "finish_s", "generated_tokens", "preemptions"):
+        assert np.array_equal(a[key], b[key], equal_nan=True), key
+    _, _, _, steady = checked_run(name, coalesce=True, make_kv=make_kv)
+    changed = not np.array_equal(a["finish_s"], steady["finish_s"], equal_nan=True)
+    assert changed == (name != "speculative")

@@ -22,7 +22,13 @@ The model has two regimes, as the engine has:
   ``N = prefill_tokens + decode_seqs`` tokens:
   ``t = G(P(N)) + b_attn * prefill_attn + b_ctx * decode_ctx + b_seq * prefill_seqs
   + b_dec * decode_seqs`` (the LM head and sampler run on sampled rows only, which ``N``
-  does not count).
+  does not count); with quantized weights (``QUANTIZED_WEIGHTS``) also ``+ b_w * W(P(N))``
+  (``W`` at the largest graph above it): the GEMMs of a step of ``N`` rows pick the same
+  kernel configuration whether the rows are prompt tokens or decodes, so the decode curve's
+  staircase in rows is a feature of these steps too (Llama-3-70B fp8 TP1: a 288-token mixed
+  step 86 ms, a 96-token one 28.5 ms; profiles/README.md). bf16 tables leave it out: their
+  GEMMs are smooth in rows, and on a MoE model the decode curve holds how many experts a batch
+  touches, which a prompt's tokens do not follow.
 
 ``W`` and ``G`` are piecewise linear in their argument (values at knots, linear between, the
 last segment extended). ``W``'s knots are the CUDA-graph sizes the training steps measured
@@ -67,6 +73,7 @@ from simulator.energy import table_energy
 from simulator.errors import ConfigError
 from simulator.files import csv_records, load_yaml_file, read_text
 from simulator.latency.base import LAUNCHED_STEP_KEEPS, STEP_FEATURES, after_launch_wait
+from simulator.latency.clock_dip import ClockDip, fit_clock_dip, row_factors
 
 STEP_COLUMNS = [
     "step_id", "scenario", "split", *STEP_FEATURES, "after_idle", "burst", "prefill_behind",
@@ -82,6 +89,8 @@ EAGER_KNOT_SPREAD = 0.01
 #: a CUDA-graph size becomes a knot of the decode curve when this many training steps ran at it
 MIN_KNOT_STEPS = 3
 TOKEN_KNOTS = (1, 256, 1024, 4096, 8192, 16384)
+#: weight precisions whose GEMM kernels are a staircase in rows (vLLM's CUTLASS FP8, Machete)
+QUANTIZED_WEIGHTS = ("fp8", "int4")
 #: a training step whose first-fit relative error exceeds this many times the median is dropped
 OUTLIER_FACTOR = 5.0
 #: a step whose stamp interval exceeds its predicted own time this many times waited for the
@@ -126,6 +135,10 @@ class EngineStepModel:
         self.capture_sizes = sorted(int(x) for x in comp.get("cudagraph_capture_sizes") or [])
         self.max_graph = self.capture_sizes[-1] if self.capture_sizes else 0
         self.rows = read_steps_csv(self.dir / "steps.csv")
+        #: quantized GEMMs pick a kernel configuration by rows: steps with prompt tokens also
+        #: carry the decode curve's value at their padded size (module docstring)
+        weights = (self.meta.get("precision") or {}).get("weights", "bf16")
+        self.rows_staircase = weights in QUANTIZED_WEIGHTS
         #: the largest decode-only batch and step (tokens) the table measured: a run's step
         #: beyond either is extrapolated, and the run says so (`warnings`, once per kind)
         self.decode_seqs_measured = max(
@@ -155,10 +168,41 @@ class EngineStepModel:
         # gives the launch times; then also those behind prefill steps. The decode curve's
         # knots are taken on the first pass, which leaves the fewest steps a target.
         self.decode_knots: tuple[int, ...] | None = None
+        #: decode steps slowed after a long prefill (`clock_dip`), fitted on the steady fit's
+        #: training residuals; then the fit runs once more on targets with the dip taken out
+        self.clock_dip: ClockDip | None = None
+        for r in self.rows:
+            r["dip"] = 1.0
         for _ in range(3):
-            self._attribute()
-            self.fit(median_of_repeats([r for r in self.rows if r["split"] == "train"]))
-            self._fit_launch([r for r in self.rows if r["split"] == "train" and not r["burst"]])
+            self._fit_round()
+        self.clock_dip = self._fit_clock_dip()
+        if self.clock_dip is not None:
+            self.set_row_dips(self.rows)
+            self._fit_round()
+
+    def _fit_round(self) -> None:
+        self._attribute()
+        self.fit(median_of_repeats([r for r in self.rows if r["split"] == "train"]))
+        self._fit_launch([r for r in self.rows if r["split"] == "train" and not r["burst"]])
+
+    def _fit_clock_dip(self) -> ClockDip | None:
+        """The dip (`simulator.latency.clock_dip`) on the training decode-only steps' excess
+        over the steady fit, every step timed alone (a later pass's step sits at its own time
+        after its own prefill)."""
+        fitted = [
+            r["split"] == "train" and not r["prefill_tokens"] and _usable(r) for r in self.rows
+        ]
+        excess = [
+            r["target"] / self._own(r) - 1 if f else 0.0
+            for r, f in zip(self.rows, fitted, strict=True)
+        ]
+        return fit_clock_dip(self.rows, fitted, excess)
+
+    def set_row_dips(self, rows: list[dict]) -> None:
+        """Give recorded steps (in recorded order; a table's or a serving replay's) the dip
+        factor the simulator would charge them (``dip``, read by `predict_row`)."""
+        for r, f in zip(rows, row_factors(self.clock_dip, rows), strict=True):
+            r["dip"] = f
 
     def _check_matches(self, model_name: str, tp: int) -> None:
         got = (self.meta["model"]["name"], int(self.meta["tp"]))
@@ -195,7 +239,11 @@ class EngineStepModel:
         return hat(self.padded(b), self.decode_knots) + [ctx, mx, idle]
 
     def _mixed_x(self, pt, attn, ps, b, ctx, idle=0) -> list[float]:
-        return hat(self.padded(pt + b), TOKEN_KNOTS) + [attn, ctx, ps, b, idle]
+        p = self.padded(pt + b)
+        x = hat(p, TOKEN_KNOTS) + [attn, ctx, ps, b, idle]
+        if self.rows_staircase:  # the decode curve's value at the step's rows (module docstring)
+            x.append(self._graph_w[p if p <= self.max_graph else self.max_graph])
+        return x
 
     # -- fit -----------------------------------------------------------------------------------
     def _attribute(self) -> None:
@@ -301,9 +349,9 @@ class EngineStepModel:
                 f"{len(mix)} other)",
             )
         self.c_dec, n_dec = self._fit_regime(dec, self._row_decode_x, 0)
+        self._graph_w = {p: self._curve_w(p) for p in self.capture_sizes}
         self.c_mix, n_mix = self._fit_regime(mix, self._row_mixed_x, len(TOKEN_KNOTS))
         k = len(self.decode_knots)
-        self._graph_w = {p: self._curve_w(p) for p in self.capture_sizes}
         self._c_ctx, self._c_max, self._c_idle = (float(c) for c in self.c_dec[k : k + 3])
         self.far_off = n_dec + n_mix
         self.train_steps = len(train)
@@ -361,7 +409,7 @@ class EngineStepModel:
         """Coefficients of ``xf``'s features on ``rows`` and how many rows sit far off; the
         first ``n_monotone`` (a curve's knot values) are made non-decreasing."""
         x = np.array([xf(r) for r in rows])
-        y = np.array([r["target"] for r in rows])
+        y = np.array([r["target"] / r["dip"] for r in rows])  # the steady time
         scale = x.max(axis=0)
         scale[scale == 0] = 1.0
         coef = l1_fit(x / scale / y[:, None])
@@ -424,11 +472,12 @@ class EngineStepModel:
 
     def _own(self, r: dict) -> float:
         """The step's time from its regime's coefficients (its idle start included): what
-        `step_time` charges, plus the idle term."""
+        `step_time` charges, plus the idle term, times its clock-dip factor (``dip``, 1 where
+        `set_row_dips` has not run: the steady time)."""
         if self._on_decode_curve(r["prefill_tokens"], r["decode_seqs"]):
             busy = self._graph_decode_s(r["decode_seqs"], r["decode_ctx"], r["decode_max"])
-            return busy + self._c_idle * r["after_idle"]
-        return float(np.dot(self._row_mixed_x(r), self.c_mix))
+            return (busy + self._c_idle * r["after_idle"]) * r.get("dip", 1.0)
+        return float(np.dot(self._row_mixed_x(r), self.c_mix)) * r.get("dip", 1.0)
 
     def predict_row(self, r: dict) -> float:
         """Predicted time of one recorded step (its idle start included; an exposed prefill
@@ -470,6 +519,7 @@ class EngineStepModel:
                 )
             },
             "frontend": self.meta.get("frontend") or "not measured",
+            "clock_dip": self.clock_dip.describe() if self.clock_dip else "none fitted",
             "warnings": list(self.warnings),
         }
 
