@@ -199,7 +199,10 @@ def _truth(r):
 DECODE_BATCHES = (1, 3, 8, 20, 64, 100, 200, 400, 512)
 
 
-def _table(tmp_path, model="toy", tp=1, n=400, seed=1, truth=_truth, batches=DECODE_BATCHES):
+def _table(
+    tmp_path, model="toy", tp=1, n=400, seed=1, truth=_truth, batches=DECODE_BATCHES,
+    prefill_max=8000, weights=None,
+):  # fmt: skip
     rng = random.Random(seed)
     rows = []
     for i in range(n):
@@ -215,7 +218,8 @@ def _table(tmp_path, model="toy", tp=1, n=400, seed=1, truth=_truth, batches=DEC
                 "decode_max": max(ctx),
             }
         else:
-            p, before, b = rng.randint(8, 8000), rng.randint(0, 4000), rng.randint(0, 100)
+            p, before = rng.randint(8, prefill_max), rng.randint(0, 4000)
+            b = rng.randint(0, 100)
             r = {
                 "prefill_tokens": p,
                 "prefill_attn": p * (before + (p + 1) / 2),
@@ -251,6 +255,8 @@ def _table(tmp_path, model="toy", tp=1, n=400, seed=1, truth=_truth, batches=DEC
         "engine_config": {"compilation": {"cudagraph_capture_sizes": CAPTURE}},
         "frontend": {"input_s": 0.001, "input_s_per_token": 1e-7, "output_s": 0.002},
     }
+    if weights:
+        meta["precision"] = {"weights": weights, "kv_cache_dtype": "bf16"}
     (d / "meta.yaml").write_text(yaml.safe_dump(meta))
     return d
 
@@ -290,6 +296,72 @@ def test_decode_follows_every_measured_graph_size_even_where_it_is_not_monotone(
     lo, hi = m.step_time(0, 0, 0, 64, 0, 1), m.step_time(0, 0, 0, 128, 0, 1)
     assert m.step_time(0, 0, 0, 96, 0, 1) == pytest.approx((lo + hi) / 2, rel=1e-9)
     assert m.describe()["decode_graph_sizes_measured"] == list(m.decode_knots)
+
+
+def _rows_staircase(r):
+    """`_staircase`'s GEMMs in every step: a step of N rows (prompt tokens + decodes, padded)
+    pays the decode staircase's value at N, whatever the rows are, plus its attention."""
+    n = r["prefill_tokens"] + r["decode_seqs"]
+    if r["prefill_tokens"] == 0 or n > 512:
+        return _staircase(r)
+    pad = next(c for c in CAPTURE if c >= n)
+    w = 0.004 if pad <= 128 else 0.0056 if pad <= 384 else 0.0052
+    return 0.001 + w + 1e-11 * r["prefill_attn"] + 2e-8 * r["decode_ctx"]
+
+
+def test_quantized_tables_mixed_steps_follow_the_decode_staircase_in_rows(tmp_path):
+    """With quantized weights a step with prompt tokens carries the decode curve's value at its
+    row count (`QUANTIZED_WEIGHTS`), so a law whose GEMMs step at 128 and 384 rows in every
+    step predicts held-out mixed steps to rounding; a bf16 table, without the feature, cannot
+    (11% at p95 on the same law)."""
+    batches = (1, 8, 64, 128, 192, 256, 384, 512)
+    kw = dict(n=800, truth=_rows_staircase, batches=batches, prefill_max=400)
+    (tmp_path / "fp8").mkdir()
+    (tmp_path / "bf16").mkdir()
+    fp8 = EngineStepModel(_table(tmp_path / "fp8", weights="fp8", **kw), "toy", 1)
+    bf16 = EngineStepModel(_table(tmp_path / "bf16", **kw), "toy", 1)
+    assert fp8.rows_staircase and not bf16.rows_staircase
+    assert fp8.heldout()["with_prefill"]["max"] < 1e-9  # the law is in the model's family
+    assert bf16.heldout()["with_prefill"]["p95"] > 0.05
+
+
+def test_the_clock_dip_is_fitted_on_training_steps_and_judged_on_held_out_ones(tmp_path):
+    """A table whose decode steps ran slow after long prefills, as `ClockState` charges them
+    (recorded intervals, one step after the other): the fit finds the dip it was made with and
+    predicts the held-out steps to rounding; the same law without a dip fits none."""
+    from simulator.latency.clock_dip import ClockDip, ClockState
+
+    dip = ClockDip(0.12, rise_s=0.02, recover_s=0.03)
+    d = _table(tmp_path)
+    rows = list(csv.DictReader(open(d / "steps.csv")))
+    for r in rows:  # scenarios of 20 steps: one prefill, its 10 decodes, then 9 prefills;
+        # every other scenario its 10 decodes first, cold (which tells the steady law apart)
+        k, pf = int(r["step_id"]) // 20, int(r["prefill_tokens"]) > 0
+        r["scenario"], r["split"] = f"s{k}", "test" if k % 4 < 2 else "train"
+        r["order"] = (k, pf if k % 2 else pf and int(r["step_id"]) % 20 > 0)
+    rows.sort(key=lambda r: r.pop("order"))  # stable: step order within each part
+    clock, now, scenario = None, 0.0, None
+    for r in rows:  # the scenario's steps in order, as vllm_table writes them
+        if r["scenario"] != scenario:
+            clock, now, scenario = ClockState(dip), 0.0, r["scenario"]
+        dur = float(r["dur_us"]) * 1e-6
+        if int(r["prefill_tokens"]):
+            clock.ran(now, dur, int(r["prefill_tokens"]))
+        else:
+            dur *= clock.factor(now)
+        r["dur_us"] = dur * 1e6
+        now += dur
+    with open(d / "steps.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=STEP_COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    m = EngineStepModel(d, "toy", 1)
+    assert (m.clock_dip.rise_s, m.clock_dip.recover_s) == (0.02, 0.03)
+    assert m.clock_dip.excess == pytest.approx(0.12, rel=1e-3)
+    assert m.heldout()["decode_only"]["p95"] < 1e-3
+    assert m.describe()["clock_dip"]["recover_ms"] == 30.0
+    (tmp_path / "steady").mkdir()
+    assert EngineStepModel(_table(tmp_path / "steady"), "toy", 1).clock_dip is None
 
 
 @pytest.mark.filterwarnings("ignore:.*beyond the table")  # it probes past the grid on purpose
@@ -364,7 +436,7 @@ SHIPPED = [("h200", "llama-3-8b"), ("h200", "qwen2.5-7b"), ("h100", "llama-3-8b"
 def test_shipped_vllm_tables_load_and_decode_meets_the_floor(gpu, model):
     m = EngineStepModel(REPO / "profiles" / gpu / "vllm-0.24" / f"{model}_tp1", model, 1)
     h = m.heldout()
-    assert h["decode_only"]["steps"] > 300
+    assert h["decode_only"]["steps"] > 200  # 236 held out since the 2026-11-26 re-recording
     assert h["decode_only"]["median"] <= 0.05 and h["decode_only"]["p95"] <= 0.10
     assert h["all"]["median"] <= 0.05
 
@@ -376,7 +448,7 @@ def test_shipped_tp2_table_meets_the_floor_and_is_picked_at_tp2():
     d = REPO / "profiles" / "h200" / "vllm-0.24" / "llama-3-70b_tp2"
     m = EngineStepModel(d, "llama-3-70b", 2)
     h = m.heldout()
-    assert h["decode_only"]["steps"] > 300
+    assert h["decode_only"]["steps"] > 200  # 236 held out since the 2026-11-26 re-recording
     assert h["all"]["median"] <= 0.05 and h["all"]["p95"] <= 0.10
     with pytest.raises(ConfigError, match="at tp 2"):
         EngineStepModel(d, "llama-3-70b", 1)

@@ -89,6 +89,9 @@ EAGER_KNOT_SPREAD = 0.01
 #: a CUDA-graph size becomes a knot of the decode curve when this many training steps ran at it
 MIN_KNOT_STEPS = 3
 TOKEN_KNOTS = (1, 256, 1024, 4096, 8192, 16384)
+#: rounds of (clock dip on the steady fit's residuals, steady fit without the dip): the
+#: first steady fit absorbs part of the dip into the decode curve, the second gives it back
+DIP_ROUNDS = 2
 #: weight precisions whose GEMM kernels are a staircase in rows (vLLM's CUTLASS FP8, Machete)
 QUANTIZED_WEIGHTS = ("fp8", "int4")
 #: a training step whose first-fit relative error exceeds this many times the median is dropped
@@ -169,14 +172,16 @@ class EngineStepModel:
         # knots are taken on the first pass, which leaves the fewest steps a target.
         self.decode_knots: tuple[int, ...] | None = None
         #: decode steps slowed after a long prefill (`clock_dip`), fitted on the steady fit's
-        #: training residuals; then the fit runs once more on targets with the dip taken out
+        #: training residuals, then the steady fit on targets with the dip taken out, in turn
         self.clock_dip: ClockDip | None = None
         for r in self.rows:
             r["dip"] = 1.0
         for _ in range(3):
             self._fit_round()
-        self.clock_dip = self._fit_clock_dip()
-        if self.clock_dip is not None:
+        for _ in range(DIP_ROUNDS):
+            self.clock_dip = self._fit_clock_dip()
+            if self.clock_dip is None:
+                break
             self.set_row_dips(self.rows)
             self._fit_round()
 
@@ -192,8 +197,8 @@ class EngineStepModel:
         fitted = [
             r["split"] == "train" and not r["prefill_tokens"] and _usable(r) for r in self.rows
         ]
-        excess = [
-            r["target"] / self._own(r) - 1 if f else 0.0
+        excess = [  # over the steady time (`_own` less the row's current dip factor)
+            r["target"] * r["dip"] / self._own(r) - 1 if f else 0.0
             for r, f in zip(self.rows, fitted, strict=True)
         ]
         return fit_clock_dip(self.rows, fitted, excess)
