@@ -51,6 +51,12 @@ _PUBLISHED_EXTRAS = {
         "attn_logit_softcapping": None, "attention_bias": False, "bos_token_id": 2,
         "eos_token_id": 1,
     },
+    # mistralai/Mixtral-8x7B-v0.1: the published file's numerics (8 experts, top-2, RoPE base 1e6)
+    "MixtralForCausalLM": {
+        "rms_norm_eps": 1e-5, "rope_theta": 1000000.0, "hidden_act": "silu",
+        "attention_dropout": 0.0, "router_aux_loss_coef": 0.02, "output_router_logits": False,
+        "bos_token_id": 1, "eos_token_id": 2,
+    },
     # deepseek-ai/DeepSeek-V2-Lite: greedy softmax top-6 routing over one group, YaRN RoPE
     # stretched 40x from 4k (it changes the rotary cache and softmax scale, not a kernel)
     "DeepseekV2ForCausalLM": {

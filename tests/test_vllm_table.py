@@ -119,6 +119,12 @@ def test_a_moe_models_engine_config_is_its_published_one_and_reads_back_to_its_s
     cfg = hf_config(ds)
     assert cfg["topk_method"] == "greedy" and cfg["rope_scaling"]["type"] == "yarn"
     assert spec_from_hf_config(cfg, "generated", ds.name) == ds
+    # Mixtral-8x7B: 8 experts top-2, full attention, its published numerics
+    mx = MODELS["mixtral-8x7b"]
+    cfg = hf_config(mx)
+    assert cfg["architectures"] == ["MixtralForCausalLM"] and cfg["rope_theta"] == 1e6
+    assert cfg["num_local_experts"] == 8 and cfg["sliding_window"] is None
+    assert spec_from_hf_config(cfg, "generated", mx.name) == mx
     # Llama-3.1 keeps its published RoPE scaling for 128k
     assert hf_config(MODELS["llama-3.1-8b"])["rope_scaling"]["rope_type"] == "llama3"
     # dense Llama-style models are still written from the spec

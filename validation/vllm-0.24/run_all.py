@@ -48,6 +48,7 @@ SERVED = {
     "llama-3.1-8b": "llama-3.1-8b",
     "gemma-3-27b": "gemma-3-27b",
     "deepseek-v2-lite": "deepseek-v2-lite",
+    "mixtral-8x7b": "mixtral-8x7b",
 }
 
 
@@ -93,13 +94,14 @@ PROFILES_ONLY = (
     ("h200_llama-3-70b-fp8", "llama-3-70b-fp8", 1),
     ("h200_llama-3-70b-int4", "llama-3-70b-int4", 1),
     ("h200_llama-3.1-8b", "llama-3.1-8b", 1),  # 128k context: the grid's `long` family
+    ("h200_mixtral-8x7b", "mixtral-8x7b", 1),  # MoE, 8 experts top-2; 93 GB: an H200 only
 )
 
 
 #: models whose prefill is several times an 8B's get a smaller grid (prompt + output tokens per
-#: scenario at most) and a 70B one pass: (cap, passes) by the size in the job's name. A 70B's
-#: single pass fits one GPU call; a 27B's three passes take two (`resume`)
-GRID_LIMITS = {"70b": (120_000, 1), "27b": (120_000, vllm_grid.REPEATS)}
+#: scenario at most) and a 70B or Mixtral-8x7B one pass: (cap, passes) by the size in the job's
+#: name. Such a single pass fits one GPU call; a 27B's three passes take two (`resume`)
+GRID_LIMITS = {"70b": (120_000, 1), "27b": (120_000, vllm_grid.REPEATS), "8x7b": (120_000, 1)}
 
 
 def case_overrides(trace: str, load: str, pair: Pair) -> list[str]:
