@@ -10,7 +10,12 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
-from simulator.latency.base import StepLatencyModel, after_launch_wait, decode_run_times
+from simulator.latency.base import (
+    StepLatencyModel,
+    after_launch_wait,
+    decode_run_times,
+    run_times,
+)
 from simulator.latency.clock_dip import ClockState
 from simulator.plan import StepPlan
 
@@ -115,24 +120,20 @@ class SimulatedExecutor:
     def _dipped_run_times(
         self, n: int, ctx: int, longest: int, k: int, start: float, until: float
     ) -> list[float]:
-        """`decode_run_times` with the clock dip: the steps that start while it is still above
-        `NEGLIGIBLE` one by one with their factors, the rest (factor exactly 1) as the steady
-        model's run, so the floats equal step-by-step `execute` calls."""
+        """`decode_run_times` with the clock dip: the steady run when the dip is over at its
+        start, else one ``step_time`` a step times the factor at that step's start (exactly
+        1.0 once the dip is negligible), so the floats equal step-by-step `execute` calls."""
         clock, step_time = self.clock, self.step_time
-        out: list[float] = []
-        t = start
-        while len(out) < max(k, 1):
-            f = clock.factor(t)
-            if f == 1.0:
-                return out + self._steady_run_times(n, ctx, longest, k - len(out), t, until)
-            dt = step_time(0, 0.0, 0, n, ctx, longest) * f
-            out.append(dt)
-            t += dt
-            ctx += n
-            longest += 1
-            if t >= until:
-                break
-        return out
+        if clock.factor(start) == 1.0:
+            return self._steady_run_times(n, ctx, longest, k, start, until)
+        now = [start]  # the step's start, advanced as `run_times` advances its clock
+
+        def time_of(c: int, m: int) -> float:
+            dt = step_time(0, 0.0, 0, n, c, m) * clock.factor(now[0])
+            now[0] += dt
+            return dt
+
+        return run_times(time_of, n, ctx, longest, k, start, until)
 
 
 def idle_wake_s(latency) -> float:
