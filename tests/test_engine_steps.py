@@ -502,6 +502,28 @@ def test_the_moe_table_is_picked_at_its_tp_only_and_decode_grows_with_experts_to
     assert growth(moe) > 3.0 > 2.0 > growth(dense)  # measured: 4.4x vs 1.6x
 
 
+def test_mixtral_decode_follows_the_experts_its_batch_touches():
+    """Mixtral-8x7B (8 experts, top-2, 11 GB of weights per expert) through vLLM on one H200,
+    dummy weights (routing as uniform as the roofline assumes): the measured decode step grows
+    with the expected distinct experts ``8 (1 - (3/4)^B)`` -- 2, 5.5 and 7.2 of 8 at batch 1, 4
+    and 8 -- and is nearly flat once all 8 are read (batch 16 to 64), where a dense model's
+    step grows only with its KV reads."""
+    from simulator.runner import build
+
+    cfg = _cfg("vllm", "mixtral-8x7b")
+    m = build(cfg, str(REPO / "t.yaml"), REPO).latency
+    assert m.name == "engine:vllm-0.24.0/h200/mixtral-8x7b_tp1"
+
+    def t(b):
+        return m.step_time(0, 0, 0, b, b * 1024, 1024)
+
+    touched = [8 * (1 - 0.75**b) for b in (1, 4, 8)]
+    assert t(8) / t(1) > 2.0  # measured 2.6x; experts touched 3.6x, attention and host fixed
+    assert t(4) / t(1) > 1.5  # measured 2.0x
+    assert touched[2] / touched[0] > t(8) / t(1)  # the weights are not the whole step
+    assert t(64) / t(16) < 1.15  # all 8 experts from batch ~16 on: measured 1.09x
+
+
 def test_a_quantized_model_never_gets_a_bf16_table():
     from simulator.runner import build
 
