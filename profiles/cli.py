@@ -270,10 +270,14 @@ def _git_commit() -> str | None:
 def _profile(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(
         prog="servesim profile",
-        description="measure a latency table on the local GPU (needs torch + CUDA)",
-        epilog="other forms: `servesim profile report DIR` (held-out error of a table) and "
-        "`servesim profile diff OLD NEW [--threshold 0.1]` (compare two tables); neither "
-        "needs a GPU",
+        description="measure a latency table of servesim's torch forward on the local GPU "
+        "(needs torch + CUDA)",
+        epilog="other forms: `servesim profile --engine vllm --model M --out DIR [--rebuild]` "
+        "(whole engine steps through vLLM, the tables `latency: auto` prefers for the vllm "
+        "policy; `--engine vllm --help` lists its options; --rebuild needs no GPU), "
+        "`servesim profile report DIR` (held-out error of a table) and "
+        "`servesim profile diff OLD NEW [--threshold 0.1]` (compare two tables); the last "
+        "two need no GPU",
     )
     ap.add_argument("--model", required=True, help="catalog model name (e.g. llama-3-8b)")
     ap.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree (>= 1)")

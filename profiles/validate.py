@@ -430,7 +430,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="servesim validate", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="servesim validate",
+        description=__doc__.splitlines()[0],
+        epilog="against vLLM: `servesim validate --engine vllm FILE.yaml [--real DIR --name "
+        "PHASE]` (`--engine vllm --help` lists its options; a stored run needs no GPU)",
+    )
     p.add_argument("config", help="experiment YAML (one run; sweep/seeds keys are ignored)")
     p.add_argument("--out", help="report folder (default results/validate/<name>)")
     p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
