@@ -91,8 +91,13 @@ class SimulatedExecutor:
             t = self.step_time(*features, prefill_ctx=prefill_context(plan))
         else:
             t = self.step_time(*features)
-        if self.clock is not None:
-            t = self._dipped(t, replica.env.now, features[0])
+        clock = self.clock
+        if clock is not None:  # the clock dip (`_dipped`), its common case without a call
+            if features[0]:
+                if features[0] >= clock.min_tokens:
+                    clock.ran(replica.env.now, t, features[0])
+            elif replica.env.now < clock.until:
+                t *= clock.factor(replica.env.now)
         if self.launch_s is not None:
             if self._waited and plan.chunks:
                 t = after_launch_wait(t, self._waited)
@@ -103,14 +108,6 @@ class SimulatedExecutor:
         if plan.after_idle:
             t += self.idle_plan_s
         return t + plan.extra_s
-
-    def _dipped(self, t: float, start: float, prefill_tokens: int) -> float:
-        """A step's own time ``t`` with the clock dip: a decode-only step's stretched by its
-        factor; a long prefill heats the replica."""
-        if prefill_tokens:
-            self.clock.ran(start, t, prefill_tokens)
-            return t
-        return t * self.clock.factor(start)
 
     def decode_factor(self, start: float) -> float:
         """The clock-dip multiplier of a decode-only step starting at ``start`` (1 without a

@@ -76,24 +76,35 @@ class ClockDip:
 
 
 class ClockState:
-    """One replica's heat, advanced step by step in simulated time (`SimulatedExecutor`)."""
+    """One replica's heat, advanced step by step in simulated time (`SimulatedExecutor`).
 
-    __slots__ = ("dip", "heat", "at")
+    ``until``: from then on every factor is exactly 1 (the excess has cooled under
+    ``NEGLIGIBLE``), so the executor's per-step check is one comparison."""
+
+    __slots__ = ("dip", "heat", "at", "until", "min_tokens")
 
     def __init__(self, dip: ClockDip):
         self.dip = dip
         self.heat = 0.0
         self.at = 0.0  # when the last heating step ended
+        self.until = 0.0
+        self.min_tokens = dip.min_prefill_tokens
 
     def factor(self, start: float) -> float:
         """Multiplier of a decode-only step starting at ``start``."""
-        return self.dip.factor(self.heat, start - self.at) if self.heat else 1.0
+        if start >= self.until:
+            return 1.0
+        return self.dip.factor(self.heat, start - self.at)
 
     def ran(self, start: float, dur_s: float, prefill_tokens: int) -> None:
         """A step with ``prefill_tokens`` prompt tokens ran from ``start`` for ``dur_s``."""
-        if prefill_tokens >= self.dip.min_prefill_tokens:
-            self.heat = self.dip.heated(self.heat, start - self.at, dur_s)
+        if prefill_tokens >= self.min_tokens:
+            dip = self.dip
+            self.heat = dip.heated(self.heat, start - self.at, dur_s)
             self.at = start + dur_s
+            peak = dip.excess * self.heat
+            cool = dip.recover_s * math.log(peak / NEGLIGIBLE) if peak > NEGLIGIBLE else 0.0
+            self.until = self.at + cool
 
 
 def row_heats(rows: list[dict], rise_s: float, recover_s: float, min_tokens: int) -> np.ndarray:
