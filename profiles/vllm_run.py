@@ -63,6 +63,25 @@ MULTICAST_OFF = {
 MULTIMEM_TP = (4, 6, 8)
 #: the largest decode batch of the warm-up drain before any recorded phase (`main_async`)
 WARMUP_DRAIN = 32
+#: the token counts of vLLM's tuned fused-MoE configurations (the keys of its per-GPU config
+#: files, `fused_moe/configs/E=...,N=...,device_name=....json`): a step of M tokens runs the
+#: config of the nearest key, and Triton compiles each config at its first use, once per
+#: specialization of M (divisible by 16, or not)
+MOE_CONFIG_TOKENS = (
+    1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096,
+)  # fmt: skip
+
+
+def warmup_prefill_sizes(limit: int) -> list[int]:
+    """The prompt lengths the warm-up prefills one at a time, each alone in its step, so every
+    fused-MoE configuration is compiled before a recorded phase (`MOE_CONFIG_TOKENS`, each key
+    and the key + 1, below the engine's token ``limit``; and ``limit`` itself). Why: Qwen3-30B-
+    A3B's replays stalled 0.8-1.7 s on steps of 1,001-1,353 prompt tokens and on the decode
+    steps launched behind them, with vLLM logging "Triton kernel JIT compilation during
+    inference: fused_moe_kernel", after a warm-up whose four prompts ran as one 5,120-token step
+    (validation/vllm-0.24/README.md). Dense models only spend a few seconds on it."""
+    sizes = {n for k in MOE_CONFIG_TOKENS for n in (k, k + 1) if n <= limit}
+    return sorted(sizes | {limit})
 
 
 def serve_env(tp: int) -> dict[str, str]:
@@ -301,9 +320,14 @@ async def main_async(job: dict, out: Path) -> None:
     # first replay phase had 0.8 s and 1.4 s steps at decode batches 3 and 6 in both recorded
     # replays (validation/vllm-0.24/README.md), after the prefill warm-up, so a drain through
     # every decode batch from WARMUP_DRAIN down to 1 follows it (first run in DeepSeek-V2-Lite's
-    # replay of 2026-11-26: no step above 300 ms after the warm-up; not yet in a Qwen3 replay)
+    # replay of 2026-11-26: no step above 300 ms after the warm-up). A Qwen3 replay with the
+    # drain still stalled, on the first steps of new fused-MoE configurations: one prompt of
+    # each configuration's size runs alone first (`warmup_prefill_sizes`; not yet on a GPU)
     warm = Client(engine, vocab, seed=-1)
     await asyncio.gather(*(warm.request(f"warmup/{i}", 512 * (i + 1), 8) for i in range(4)))
+    limit = min(facts["scheduler"]["max_num_batched_tokens"], facts["model"]["max_model_len"] - 1)
+    for n in warmup_prefill_sizes(limit):
+        await warm.request(f"warmup/p{n}", n, 1)  # one prompt alone: a step of n tokens
     await asyncio.gather(*(warm.request(f"warmup/d{i}", 16, 2 + i) for i in range(WARMUP_DRAIN)))
     energy = gpu_energy.EnergySampler(out / f"energy.{os.getpid()}.jsonl").start()
     t_idle = time.monotonic()

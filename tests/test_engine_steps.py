@@ -1010,3 +1010,15 @@ def test_a_profile_sizes_its_batches_with_the_engines_token_budget(tmp_path, mon
     from profiles.vllm_grid import DECODE_OUT
 
     assert max(sc2k["outs"]) - DECODE_OUT == 33 and max(sc8k["outs"]) - DECODE_OUT == 8
+
+
+def test_the_warm_up_compiles_every_fused_moe_configuration_before_a_phase():
+    """Each key of vLLM's tuned fused-MoE configs and its +1 (Triton specializes an int
+    argument on divisibility by 16) is a prompt run alone, within the engine's token budget."""
+    from profiles.vllm_run import MOE_CONFIG_TOKENS, warmup_prefill_sizes
+
+    sizes = warmup_prefill_sizes(8192)
+    for k in MOE_CONFIG_TOKENS:
+        assert k in sizes and k + 1 in sizes
+    assert sizes == sorted(set(sizes)) and sizes[-1] == 8192
+    assert max(warmup_prefill_sizes(2048)) == 2048 and 2049 not in warmup_prefill_sizes(2048)
