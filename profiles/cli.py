@@ -89,7 +89,8 @@ def _report(argv: list[str]) -> int:
     if is_engine_table(a.dir):
         meta = load_yaml_file(Path(a.dir) / "meta.yaml", "table meta.yaml")
         m = EngineStepModel(a.dir, meta["model"]["name"], int(meta["tp"]))
-        print(json.dumps({"table": m.name, "heldout": m.heldout()}, indent=1))
+        dip = m.describe()["clock_dip"]  # what the held-out decode steps were charged with
+        print(json.dumps({"table": m.name, "heldout": m.heldout(), "clock_dip": dip}, indent=1))
         return 0
     m = load_for_report(a.dir)
     print(format_report(m))
