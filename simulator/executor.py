@@ -92,7 +92,7 @@ class SimulatedExecutor:
         else:
             t = self.step_time(*features)
         clock = self.clock
-        if clock is not None:  # the clock dip (`_dipped`), its common case without a call
+        if clock is not None:  # the clock dip (`ClockState`): one comparison on most steps
             if features[0]:
                 if features[0] >= clock.min_tokens:
                     clock.ran(replica.env.now, t, features[0])
