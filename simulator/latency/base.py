@@ -23,7 +23,9 @@ that CUDA-graph size, and vLLM's FP8 and 4-bit GEMMs make that non-monotone in `
 (a kernel configuration per range of rows). Times are seconds.
 
 The call is made once per simulated step (hundreds of thousands of times per run), so it takes
-plain numbers, not an object.
+plain numbers, not an object. ``step_time`` has no history; the one piece of history a model
+may declare is a ``clock_dip`` (`simulator.latency.clock_dip`: decode steps slowed for tens of
+ms after a long prefill), which the executor applies per replica on top of ``step_time``.
 
 Decode runs. A replica precomputes runs of decode-only steps (`Replica._plan_decode_run`) in
 which every member gains one token of context per step. A model may offer
