@@ -14,6 +14,7 @@ from simulator.latency.clock_dip import (
     NEGLIGIBLE,
     ClockDip,
     ClockState,
+    HeatLayout,
     fit_clock_dip,
     row_factors,
     row_heats,
@@ -144,3 +145,20 @@ def test_clock_state_is_per_replica():
     assert a.factor(0.05) > 1.0 and b.factor(0.05) == 1.0
     b.ran(0.0, 0.05, 512)  # under min_prefill_tokens: no heat
     assert b.factor(0.05) == 1.0
+
+
+def test_the_fits_heat_layout_equals_row_heats():
+    """The fit's fast heats (`HeatLayout`) are `row_heats`, on profiling rows (resets at each
+    scenario and idle start) and on serving rows (``t_done`` stamps)."""
+    rows, _ = _scenarios(DIP)
+    rows[45]["after_idle"] = 1  # a reset inside a scenario
+    layout = HeatLayout(rows, 1024)
+    for rise, recover in ((0.005, 0.01), (0.02, 0.03), (0.16, 0.12)):
+        want = row_heats(rows, rise, recover, 1024)
+        assert np.allclose(layout.heats(rise, recover), want, rtol=1e-12, atol=0)
+    t, stamped = 0.0, []
+    for r in rows:
+        t += r["dur_us"] * 1e-6
+        stamped.append({**r, "t_done": t + 0.001 * (r["after_idle"])})
+    want = row_heats(stamped, 0.02, 0.03, 1024)
+    assert want.any() and np.allclose(HeatLayout(stamped, 1024).heats(0.02, 0.03), want, rtol=1e-12)

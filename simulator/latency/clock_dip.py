@@ -143,6 +143,45 @@ def row_factors(dip: ClockDip | None, rows: list[dict]) -> list[float]:
     return [dip.factor(float(h), 0.0) if h else 1.0 for h in heats]
 
 
+class HeatLayout:
+    """`row_heats` for many time constants over the same rows: the rows' starts and the chain
+    of heating steps are read once (same rules as `row_heats`), then each pair of constants
+    costs a loop over the heating steps only and one vectorized decay of the decode steps'
+    heat (equal to `row_heats` to rounding: numpy's exp against math's)."""
+
+    def __init__(self, rows: list[dict], min_tokens: int):
+        n = len(rows)
+        self.starts = np.zeros(n)
+        self.last = np.full(n, -1)  # a decode step's latest heating step (index in `heavy`)
+        self.heavy: list[tuple[float, float, int]] = []  # (start, dur, previous heating step)
+        cur, clock, scen = -1, 0.0, None
+        for i, r in enumerate(rows):
+            d = r["dur_us"] * 1e-6
+            if "t_done" in r:
+                start = r["t_done"] - d
+            else:
+                if r.get("scenario") != scen or r["after_idle"]:
+                    cur, clock = -1, 0.0
+                scen, start = r.get("scenario"), clock
+            clock = start + d
+            if not r["prefill_tokens"]:
+                self.starts[i], self.last[i] = start, cur
+            elif r["prefill_tokens"] >= min_tokens:
+                self.heavy.append((start, d, cur))
+                cur = len(self.heavy) - 1
+        self.warm = self.last >= 0
+
+    def heats(self, rise_s: float, recover_s: float) -> np.ndarray:
+        heat, at = np.zeros(len(self.heavy)), np.zeros(len(self.heavy))
+        for j, (start, d, prev) in enumerate(self.heavy):
+            h0 = heat[prev] * math.exp(-(start - at[prev]) / recover_s) if prev >= 0 else 0.0
+            heat[j], at[j] = 1.0 - (1.0 - h0) * math.exp(-d / rise_s), start + d
+        out = np.zeros(len(self.starts))
+        w, k = self.warm, self.last[self.warm]
+        out[w] = heat[k] * np.exp(-(self.starts[w] - at[k]) / recover_s)
+        return out
+
+
 def fit_clock_dip(rows: list[dict], fitted: list[bool], excess) -> ClockDip | None:
     """The dip that best explains ``excess`` (measured / steady prediction - 1) on the rows
     marked ``fitted`` (training decode-only steps), all ``rows`` in recorded order: for each
@@ -151,10 +190,11 @@ def fit_clock_dip(rows: list[dict], fitted: list[bool], excess) -> ClockDip | No
     total absolute error. None when the best excess is under ``MIN_EXCESS``."""
     mask = np.asarray(fitted, dtype=bool)
     y = np.asarray(excess, dtype=float)[mask]
+    layout = HeatLayout(rows, HEAT_MIN_TOKENS)
     best = (float(np.abs(y).sum()), None)
     for rise in RISE_GRID_S:
         for recover in RECOVER_GRID_S:
-            h = row_heats(rows, rise, recover, HEAT_MIN_TOKENS)[mask]
+            h = layout.heats(rise, recover)[mask]
             a = _weighted_median_ratio(y, h)
             err = float(np.abs(y - a * h).sum())
             if err < best[0]:

@@ -65,6 +65,7 @@ import warnings
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median  # np.median's value on a few floats, without its overhead
 
 import numpy as np
 from scipy.optimize import linprog
@@ -600,7 +601,7 @@ def median_of_repeats(rows: list[dict]) -> list[dict]:
         if len(targets) == 1:
             out.append(r)
         else:
-            out.append({**r, "target": float(np.median(targets)), "samples": len(targets)})
+            out.append({**r, "target": median(targets), "samples": len(targets)})
     return out
 
 
@@ -610,7 +611,7 @@ def repeat_spread(rows: list[dict]) -> dict:
     step model can go under on single intervals (H200 fp8: p95 1.7%; one H100: 17.5%)."""
     groups = _group_targets([r for r in rows if _usable(r)])
     return _abs_err_stats(
-        [t / float(np.median(ts)) - 1 for ts in groups.values() if len(ts) >= 3 for t in ts]
+        [t / median(ts) - 1 for ts in groups.values() if len(ts) >= 3 for t in ts]
     )
 
 
