@@ -107,24 +107,34 @@ class ClockState:
             self.until = self.at + cool
 
 
-def row_heats(rows: list[dict], rise_s: float, recover_s: float, min_tokens: int) -> np.ndarray:
-    """The heat at the start of each recorded step (0 for steps with prompt tokens), the steps
-    in recorded order. A step's start is ``t_done - dur_us`` where the row has ``t_done``
-    (serving replays); else the previous step's end within its scenario (profiling tables,
-    whose rows keep intervals only), the heat starting cold at a new scenario and after an idle
-    engine (``after_idle``: the gap is not recorded; assuming it cooled fully under-states the
-    dip, never over-states it)."""
-    out = np.zeros(len(rows))
-    heat, at, clock, scen = 0.0, 0.0, 0.0, None
+def _row_starts(rows: list[dict]):
+    """``(i, row, start, dur_s, cold)`` for each recorded step in order: its start is ``t_done -
+    dur_us`` where the row has ``t_done`` (serving replays), else the previous step's end within
+    its scenario (profiling tables, whose rows keep intervals only); ``cold`` where the heat
+    starts over: at a new scenario and after an idle engine (``after_idle``: the gap is not
+    recorded; assuming it cooled fully under-states the dip, never over-states it)."""
+    clock, scen = 0.0, None
     for i, r in enumerate(rows):
         d = r["dur_us"] * 1e-6
+        cold = False
         if "t_done" in r:
             start = r["t_done"] - d
         else:
             if r.get("scenario") != scen or r["after_idle"]:
-                heat, at, clock = 0.0, 0.0, 0.0
+                cold, clock = True, 0.0
             scen, start = r.get("scenario"), clock
         clock = start + d
+        yield i, r, start, d, cold
+
+
+def row_heats(rows: list[dict], rise_s: float, recover_s: float, min_tokens: int) -> np.ndarray:
+    """The heat at the start of each recorded step (0 for steps with prompt tokens), the steps
+    in recorded order, started as `_row_starts` says."""
+    out = np.zeros(len(rows))
+    heat, at = 0.0, 0.0
+    for i, r, start, d, cold in _row_starts(rows):
+        if cold:
+            heat, at = 0.0, 0.0
         if not r["prefill_tokens"]:
             if heat:
                 out[i] = heat * math.exp(-(start - at) / recover_s)
@@ -145,25 +155,19 @@ def row_factors(dip: ClockDip | None, rows: list[dict]) -> list[float]:
 
 class HeatLayout:
     """`row_heats` for many time constants over the same rows: the rows' starts and the chain
-    of heating steps are read once (same rules as `row_heats`), then each pair of constants
-    costs a loop over the heating steps only and one vectorized decay of the decode steps'
-    heat (equal to `row_heats` to rounding: numpy's exp against math's)."""
+    of heating steps are read once (`_row_starts`, as `row_heats` reads them), then each pair
+    of constants costs a loop over the heating steps only and one vectorized decay of the
+    decode steps' heat (equal to `row_heats` to rounding: numpy's exp against math's)."""
 
     def __init__(self, rows: list[dict], min_tokens: int):
         n = len(rows)
         self.starts = np.zeros(n)
         self.last = np.full(n, -1)  # a decode step's latest heating step (index in `heavy`)
         self.heavy: list[tuple[float, float, int]] = []  # (start, dur, previous heating step)
-        cur, clock, scen = -1, 0.0, None
-        for i, r in enumerate(rows):
-            d = r["dur_us"] * 1e-6
-            if "t_done" in r:
-                start = r["t_done"] - d
-            else:
-                if r.get("scenario") != scen or r["after_idle"]:
-                    cur, clock = -1, 0.0
-                scen, start = r.get("scenario"), clock
-            clock = start + d
+        cur = -1
+        for i, r, start, d, cold in _row_starts(rows):
+            if cold:
+                cur = -1
             if not r["prefill_tokens"]:
                 self.starts[i], self.last[i] = start, cur
             elif r["prefill_tokens"] >= min_tokens:
