@@ -36,7 +36,10 @@ def _cells(col: np.ndarray) -> tuple[str, list]:
         return "%.9g", vals
     if col.dtype.kind in "iu":
         return "%d", col.tolist()
-    return "%s", [_quote(str(v)) for v in col.tolist()]
+    vals = [str(v) for v in col.tolist()]
+    # few distinct strings (a status, a reject reason): quote each once
+    quoted = {v: _quote(v) for v in set(vals)}
+    return "%s", [quoted[v] for v in vals]
 
 
 def format_rows(columns: dict[str, np.ndarray], start: int, stop: int) -> str:
