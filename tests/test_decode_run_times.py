@@ -27,7 +27,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TABLES = sorted(
     os.path.relpath(os.path.dirname(p), REPO)
     for p in glob.glob(os.path.join(REPO, "profiles", "*", "**", "meta.yaml"), recursive=True)
-    if not is_engine_table(os.path.dirname(p))
+    if not is_engine_table(os.path.dirname(p)) and "kind: collectives" not in open(p).read()
 )
 
 

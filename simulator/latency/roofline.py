@@ -27,11 +27,14 @@ decode_seqs sequences that sample), per GPU of a TP group of ``tp``, are the op 
   (fp32 logits written and read) for the S
   sequences that sample only.
 * TP all-reduce when tp > 1: two per layer over T x hidden bf16 values, ring cost
-  ``2 (tp-1)/tp x bytes / link bandwidth + link latency`` each.
+  ``2 (tp-1)/tp x bytes / link bandwidth + link latency`` each, or, with ``collectives`` (a
+  table of this GPU at this group size, `simulator.latency.collectives`), NCCL's measured time
+  at those link bytes.
 * expert parallelism (``expert_parallel``, `simulator.served.EP_MODES`): routed experts are
   charged for the busiest GPU (expected max of its expert copies and distinct experts under
   uniform routing), and the ``all_to_all`` layout's dispatch, combine and all-gather go to the
-  ``expert_comm`` term, each ``latency + link bytes / bandwidth``: estimates, flagged.
+  ``expert_comm`` term, each measured (``collectives``) or ``latency + link bytes /
+  bandwidth`` (an estimate); `describe` says which.
 * a fixed per-step overhead (default 1 ms): real engines spend it outside GPU kernels (scheduler,
   input preparation, sampling bookkeeping, detokenization, launch gaps even with CUDA graphs).
 
@@ -47,6 +50,7 @@ few float operations (about 0.8 us per call with Python 3.11; see ``tests/test_r
 from __future__ import annotations
 
 from simulator.hardware import GPUSpec, LinkSpec, default_tp_link
+from simulator.latency.collectives import CollectiveTimes
 from simulator.models import ModelSpec
 from simulator.served import (
     ShardedModel,
@@ -102,6 +106,7 @@ class RooflineLatencyModel:
         "moe_routing_skew",
         "expert_parallel",
         "uses_prefill_ctx",
+        "collectives",
     )
 
     def __init__(
@@ -116,6 +121,7 @@ class RooflineLatencyModel:
         key: str = "tp",
         moe_routing_skew: float | None = None,
         expert_parallel: str | None = None,
+        collectives: CollectiveTimes | None = None,
     ):
         model.check_tp(tp, where, key)
         #: why a profiled table was not used, when `latency: auto` fell back (printed, saved)
@@ -143,8 +149,15 @@ class RooflineLatencyModel:
                 "moe_routing_skew with expert parallelism is not modelled (the "
                 "busiest GPU depends on where the popular experts are placed)"
             )
-        #: layers differ (MoE, dense + expert layers, MLA): step_time sums `breakdown`
-        self._general = not sm.uniform_layers
+        #: measured collectives of this GPU and group size (`simulator.latency.collectives`),
+        #: or None: the link estimate; measured times are not linear in tokens, so they are
+        #: charged on the general path
+        if collectives is not None and collectives.ranks != tp:
+            raise ValueError(f"collectives measured at {collectives.ranks} ranks, not tp {tp}")
+        self.collectives = collectives if tp > 1 else None
+        #: layers differ (MoE, dense + expert layers, MLA), or collectives are measured:
+        #: step_time sums `breakdown`
+        self._general = not sm.uniform_layers or self.collectives is not None
         #: MLA: the executor passes the prefill chunks' cached prefix tokens (``prefill_ctx``)
         self.uses_prefill_ctx = sm.prefill_context_flops_per_token > 0
         self._gemm_peak = gpu.peak_flops_for(sm.weight_format.gemm_dtype)
@@ -307,20 +320,21 @@ class RooflineLatencyModel:
         return out
 
     def _collectives(self, out: dict, t: float) -> None:
-        """Charge every collective op ``latency + link bytes / bandwidth`` per instance and
-        layer (`collective_link_factor`): all-reduces under ``allreduce``, the expert-parallel
-        dispatch / combine / all-gather under ``expert_comm``. Estimated from the link's
-        figures, never measured."""
-        link, sm = self.allreduce_link, self.served
+        """Charge every collective op per instance and layer at its link bytes
+        (`collective_link_factor`): all-reduces under ``allreduce``, the expert-parallel
+        dispatch / combine / all-gather under ``expert_comm``. The measured time of that call
+        when `collectives` holds this GPU's table, else ``latency + link bytes / bandwidth``
+        from the link's figures (an estimate, flagged in `describe`)."""
+        link, sm, measured = self.allreduce_link, self.served, self.collectives
         for o in sm.ops:
             if o.kind != "collective":
                 continue
-            nbytes = t * o.act_bytes_per_token
-            factor = collective_link_factor(o, self.tp)
-            term = "expert_comm" if o.ep else "allreduce"
-            out[term] += (
-                o.count * sm.layers_of(o) * (factor * nbytes / link.bandwidth + link.latency)
-            )
+            link_bytes = collective_link_factor(o, self.tp) * t * o.act_bytes_per_token
+            if measured is not None:
+                call = measured.seconds(o.name, link_bytes)
+            else:
+                call = link_bytes / link.bandwidth + link.latency
+            out["expert_comm" if o.ep else "allreduce"] += o.count * sm.layers_of(o) * call
 
     def _weight_read(self, op, tokens: float) -> float:
         """Weight bytes ``op`` reads in a step of ``tokens`` tokens: all of them, or for routed
@@ -338,9 +352,12 @@ class RooflineLatencyModel:
         """Metadata for summary.json: kind, hardware, ceilings and the optimism warning (and,
         with expert parallelism, its layout and the warning that its costs are estimates)."""
         out = self._describe_base()
+        if self.collectives is not None:
+            out["collectives"] = self.collectives.describe()
         if self.expert_parallel:
             out["expert_parallel"] = self.expert_parallel
-            out["warnings"].append(_EP_WARNINGS[self.expert_parallel])
+            measured = self.collectives is not None
+            out["warnings"].append(_EP_WARNINGS[self.expert_parallel, measured])
         return out
 
     def _describe_base(self) -> dict:
@@ -381,12 +398,19 @@ _TIME_TERMS = ("gemm", "attention", "elementwise", "lm_head", "allreduce", "over
 
 #: what `describe` says of each expert-parallel layout (`simulator.served.EP_MODES`)
 _EP_WARNINGS = {
-    "allreduce": "expert parallelism (vLLM --enable-expert-parallel at DP 1): the MoE all-reduce "
-    "is estimated from link bandwidth, not measured; the busiest GPU's expert load is the "
-    "normal approximation for uniform routing",
-    "all_to_all": "expert-parallel all-to-all estimated from link bandwidth, not measured "
-    "(dispatch, combine and all-gather per MoE layer); the busiest GPU's expert load is the "
-    "normal approximation for uniform routing",
+    ("allreduce", False): "expert parallelism (vLLM --enable-expert-parallel at DP 1): the MoE "
+    "all-reduce is estimated from link bandwidth, not measured; the busiest GPU's expert load "
+    "is the normal approximation for uniform routing",
+    ("allreduce", True): "expert parallelism (vLLM --enable-expert-parallel at DP 1): the MoE "
+    "all-reduce is NCCL's measured on this GPU (`collectives`), not vLLM's custom all-reduce; "
+    "the busiest GPU's expert load is the normal approximation for uniform routing",
+    ("all_to_all", False): "expert-parallel all-to-all estimated from link bandwidth, not "
+    "measured (dispatch, combine and all-gather per MoE layer); the busiest GPU's expert load "
+    "is the normal approximation for uniform routing",
+    ("all_to_all", True): "expert-parallel dispatch, combine and all-gather charged NCCL's "
+    "all-to-all and all-gather measured on this GPU (`collectives`; DeepEP / pplx kernels "
+    "not measured); the busiest GPU's expert load is the normal approximation for uniform "
+    "routing",
 }
 
 

@@ -14,6 +14,11 @@
   error if none;
 * ``roofline``: the analytic bound from the model and GPU catalogs;
 * ``constant``: every step takes ``step_ms`` (hand-computable runs; not a GPU model).
+
+``latency.collectives`` (roofline at tp > 1 only): ``auto`` (default) charges collectives the
+times measured on this GPU at this group size when shipped (``profiles/<gpu>/nccl_x<tp>/``,
+`simulator.latency.collectives`), else the link estimate; ``estimate`` always the link
+estimate; a folder: that table, which must have measured this GPU at this tp.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from simulator.cfg import Section
 from simulator.errors import ConfigError
 from simulator.files import load_yaml_file
 from simulator.hardware import GPUSpec
+from simulator.latency.collectives import load_collectives
 from simulator.latency.constant import ConstantLatencyModel
 from simulator.latency.roofline import DEFAULT_STEP_OVERHEAD_S, RooflineLatencyModel
 from simulator.latency.table import table_precision
@@ -105,6 +111,7 @@ def build_latency(
     table = sec.str("table", None)
     overhead_ms = sec.num("step_overhead_ms", None, min=0)
     step_ms = sec.num("step_ms", None, min=0, strict_min=True)
+    coll = _read_collectives(sec, gpu, tp, Path(base_dir))
     sec.done()
     if kind == "constant":
         if step_ms is None:
@@ -115,9 +122,11 @@ def build_latency(
     if kind == "roofline":
         if table is not None:
             raise sec.error("table", "a table is only used with model: profile or auto")
-        return _roofline(model, gpu, tp, overhead_ms, where, sec.key("model"), expert_parallel)
+        return _roofline(model, gpu, tp, overhead_ms, where, sec.key("model"), expert_parallel,
+                         coll)  # fmt: skip
     if expert_parallel:
-        return _ep_roofline(sec, kind, table, model, gpu, tp, overhead_ms, where, expert_parallel)
+        return _ep_roofline(sec, kind, table, model, gpu, tp, overhead_ms, where, expert_parallel,
+                            coll)  # fmt: skip
     shipped = default_table_dir(model, gpu, tp, engine) if table is None else None
     table_dir = shipped
     if table is None and shipped is None and model.precision != Precision():
@@ -141,12 +150,15 @@ def build_latency(
                 f"no shipped table for {gpu.name} / {model.name} / tp{tp}; profile one with "
                 "`servesim profile` or use model: roofline",
             )
-        lat = _roofline(model, gpu, tp, overhead_ms, where, sec.key("model"))
+        lat = _roofline(model, gpu, tp, overhead_ms, where, sec.key("model"), None, coll)
         if mismatch:
             lat.fallback_reason = f"latency auto: {mismatch}; using the roofline model"
         return lat
     if overhead_ms is not None:
         raise sec.error("step_overhead_ms", "only the roofline model takes a fixed overhead")
+    if sec.raw("collectives", "auto") not in ("auto", "estimate"):
+        raise sec.error("collectives", f"only the roofline model reads collectives; the table "
+                        f"{_label(table_dir)} timed whole steps")  # fmt: skip
     if model.moe is not None and model.moe.routing_skew:
         raise sec.error("model", f"model.routing_skew is read by the roofline model only; the "
                         f"table {_label(table_dir)} timed its own router (use model: "
@@ -164,14 +176,48 @@ def _bf16(model: ModelSpec) -> ModelSpec:
     return dataclasses.replace(model, weights="bf16", kv_cache_dtype="bf16")
 
 
-def _roofline(model, gpu, tp, overhead_ms, where, key, expert_parallel=None):
+def _roofline(model, gpu, tp, overhead_ms, where, key, expert_parallel=None, collectives=None):
     overhead = DEFAULT_STEP_OVERHEAD_S if overhead_ms is None else overhead_ms / 1000.0
     return RooflineLatencyModel(
-        model, gpu, tp, overhead, where=where, key=key, expert_parallel=expert_parallel
-    )
+        model, gpu, tp, overhead, where=where, key=key, expert_parallel=expert_parallel,
+        collectives=collectives,
+    )  # fmt: skip
 
 
-def _ep_roofline(sec, kind, table, model, gpu, tp, overhead_ms, where, mode):
+def _read_collectives(sec: Section, gpu: GPUSpec, tp: int, base_dir: Path):
+    """``latency.collectives`` (module docstring): the measured table the roofline charges
+    collectives from, or None (tp 1, ``estimate``, or ``auto`` with none shipped)."""
+    spec = sec.raw("collectives", "auto")
+    if not isinstance(spec, str):
+        raise sec.error("collectives", f"expected auto, estimate or a folder, got {spec!r}")
+    if spec == "estimate" or (spec == "auto" and tp == 1):
+        return None
+    if spec == "auto":
+        folder = next((d for d in _gpu_dirs(gpu) if (d / f"nccl_x{tp}" / "meta.yaml").is_file()),
+                      None)  # fmt: skip
+        if folder is None:
+            return None
+        return load_collectives(folder / f"nccl_x{tp}", _label(folder / f"nccl_x{tp}"))
+    if tp == 1:
+        raise sec.error("collectives", "a tp 1 engine runs no collectives")
+    folder = _resolve(spec, base_dir)
+    if folder is None:
+        raise sec.error("collectives", f"no folder at {spec!r}")
+    table = load_collectives(folder, _label(folder))
+    keys = {d.name for d in _gpu_dirs(gpu, existing=False)}
+    if table.gpu_key not in keys or table.ranks != tp:
+        raise sec.error("collectives", f"{spec!r} measured {table.ranks}x {table.gpu_key}; this "
+                        f"run is tp {tp} on {gpu.name}")  # fmt: skip
+    return table
+
+
+def _gpu_dirs(gpu: GPUSpec, existing: bool = True) -> list[Path]:
+    """``profiles/<gpu>/`` folders of ``gpu`` (its name, then its family: h200-nvl -> h200)."""
+    dirs = [REPO_ROOT / "profiles" / n for n in dict.fromkeys([gpu.name, gpu.name.split("-")[0]])]
+    return [d for d in dirs if d.is_dir()] if existing else dirs
+
+
+def _ep_roofline(sec, kind, table, model, gpu, tp, overhead_ms, where, mode, coll=None):
     """`build_latency` for an expert-parallel layout: no table measured one (see there)."""
     if kind == "profile" or table is not None:
         raise sec.error(
@@ -179,7 +225,7 @@ def _ep_roofline(sec, kind, table, model, gpu, tp, overhead_ms, where, mode):
             f"no profiled table measured expert parallelism ({mode}); use model: roofline or "
             "auto (tables time experts split over TP)",
         )
-    lat = _roofline(model, gpu, tp, overhead_ms, where, sec.key("model"), mode)
+    lat = _roofline(model, gpu, tp, overhead_ms, where, sec.key("model"), mode, coll)
     if default_table_dir(model, gpu, tp) is not None:
         lat.fallback_reason = (
             f"latency auto: the shipped table for {model.name} at tp{tp} timed experts split "
