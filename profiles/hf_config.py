@@ -69,6 +69,19 @@ _PUBLISHED_EXTRAS = {
         "norm_topk_prob": False, "routed_scaling_factor": 1.0, "attention_bias": False,
         "bos_token_id": 100000, "eos_token_id": 100001,
     },
+    # openai/gpt-oss-20b: YaRN RoPE stretched 32x from 4k, clamped SwiGLU (limit 7), its token
+    # ids. Its checkpoint's MXFP4 quantization_config is left out with the catalog's: the
+    # experts run vLLM's bf16 fused-MoE kernels (with biases), not its MXFP4 ones
+    "GptOssForCausalLM": {
+        "rms_norm_eps": 1e-5, "rope_theta": 150000, "hidden_act": "silu", "swiglu_limit": 7.0,
+        "rope_scaling": {
+            "rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+            "original_max_position_embeddings": 4096, "truncate": False,
+        },
+        "initial_context_length": 4096, "experts_per_token": 4, "attention_dropout": 0.0,
+        "router_aux_loss_coef": 0.9, "output_router_logits": False, "pad_token_id": 199999,
+        "eos_token_id": 200002,
+    },
 }  # fmt: skip
 
 

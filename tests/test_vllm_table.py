@@ -125,6 +125,14 @@ def test_a_moe_models_engine_config_is_its_published_one_and_reads_back_to_its_s
     assert cfg["architectures"] == ["MixtralForCausalLM"] and cfg["rope_theta"] == 1e6
     assert cfg["num_local_experts"] == 8 and cfg["sliding_window"] is None
     assert spec_from_hf_config(cfg, "generated", mx.name) == mx
+    # gpt-oss-20b: alternating 128-token windows, sinks, clamped SwiGLU; bf16 experts (its
+    # checkpoint's MXFP4 quantization_config is left out, as the catalog leaves it out)
+    go = MODELS["gpt-oss-20b"]
+    cfg = hf_config(go)
+    assert cfg["architectures"] == ["GptOssForCausalLM"] and cfg["swiglu_limit"] == 7.0
+    assert cfg["layer_types"][:2] == ["sliding_attention", "full_attention"]
+    assert cfg["rope_scaling"]["factor"] == 32.0 and "quantization_config" not in cfg
+    assert spec_from_hf_config(cfg, "generated", go.name) == go
     # Llama-3.1 keeps its published RoPE scaling for 128k
     assert hf_config(MODELS["llama-3.1-8b"])["rope_scaling"]["rope_type"] == "llama3"
     # dense Llama-style models are still written from the spec

@@ -49,6 +49,7 @@ SERVED = {
     "gemma-3-27b": "gemma-3-27b",
     "deepseek-v2-lite": "deepseek-v2-lite",
     "mixtral-8x7b": "mixtral-8x7b",
+    "gpt-oss-20b": "gpt-oss-20b",
 }
 
 
@@ -95,6 +96,9 @@ PROFILES_ONLY = (
     ("h200_llama-3-70b-int4", "llama-3-70b-int4", 1),
     ("h200_llama-3.1-8b", "llama-3.1-8b", 1),  # 128k context: the grid's `long` family
     ("h200_mixtral-8x7b", "mixtral-8x7b", 1),  # MoE, 8 experts top-2; 93 GB: an H200 only
+    # MoE (32 experts top-4) + alternating 128-token sliding windows + attention sinks; bf16
+    # experts (42 GB: fits an H100 too; the GPU is the table's, not the job name's)
+    ("h200_gpt-oss-20b", "gpt-oss-20b", 1),
 )
 
 
