@@ -61,6 +61,7 @@ from simulator.hardware import LinkSpec, load_link
 from simulator.replica import Replica
 from simulator.request import Request, Status
 from simulator.served import ShardedModel
+from simulator.steplog import chunk_rows
 
 LINK_ALIASES = {"nvlink": "nvlink4", "infiniband": "infiniband-ndr", "pcie": "pcie-gen5-x16"}
 
@@ -154,11 +155,13 @@ class KVTransfer:
         self.spec = spec
         self.prefill: list[Replica] = []
         self.decode: list[Replica] = []
+        chunk = chunk_rows(spec.prefill_replicas + spec.decode_replicas)
         for i in range(spec.prefill_replicas):
             rng = np.random.default_rng(streams.spawn(1)[0])
             rep = Replica(
                 env, i, spec.prefill.make_policy(rng), spec.prefill.make_kv(),
                 SimulatedExecutor(latency), coalesce=coalesce, on_prefilled=self._handoff,
+                step_chunk=chunk,
             )  # fmt: skip
             cluster.add_replica(rep)
             self.prefill.append(rep)
@@ -167,7 +170,7 @@ class KVTransfer:
             rep = Replica(
                 env, spec.prefill_replicas + j, spec.decode.make_policy(rng),
                 spec.decode.make_kv(), SimulatedExecutor(latency), coalesce=coalesce,
-                on_finish=lambda req, j=j: self._pump_soon(j),
+                on_finish=lambda req, j=j: self._pump_soon(j), step_chunk=chunk,
             )  # fmt: skip
             rep.arrivals_done = True
             self.decode.append(rep)

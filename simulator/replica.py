@@ -50,7 +50,10 @@ class Replica:
         next_external_s: Callable[[], float] | None = None,
         on_finish: Callable[[Request], None] | None = None,
         on_prefilled: Callable[[Request], None] | None = None,
+        step_chunk: int = CHUNK,
     ):
+        """``step_chunk``: rows of the step log packed at a time (`steplog.chunk_rows` of the
+        run's replica count); the outputs do not depend on it."""
         self.env = env
         self.index = index
         self.policy = policy
@@ -86,7 +89,7 @@ class Replica:
         # decode_seqs, decode_ctx, kv_blocks_used, num_waiting, num_running, kv_tokens
         # (kv_tokens: tokens in the cache at the step's end, counting the decode set and the
         # step's chunks; reserved-but-unused KV = kv_blocks_used * block_size - kv_tokens)
-        self.steps = StepLog()
+        self.steps = StepLog(step_chunk)
         # inter-token gaps: gap seconds and how many tokens saw that gap (raw doubles/int64:
         # one entry per decode step and per joiner, millions in a long run)
         self.itl_gaps = array("d")
@@ -173,9 +176,9 @@ class Replica:
     def _loop(self):
         env = self.env
         timeout = env.timeout  # SimPy builds a bound method at every `env.timeout` lookup
-        pending_steps = self.steps.rows
+        pending_steps, chunk = self.steps.rows, self.steps.chunk
         while True:
-            if len(pending_steps) >= CHUNK:
+            if len(pending_steps) >= chunk:
                 self.steps.pack()
             plan: StepPlan = self.policy.schedule(self, env.now)
             if not plan.chunks and not plan.decode:  # plan.is_idle, without the call

@@ -34,6 +34,7 @@ from simulator.metrics import step_arrays, summarize
 from simulator.models import ModelSpec, load_model
 from simulator.replica import Replica
 from simulator.served import EP_MODES, ShardedModel, check_expert_parallel
+from simulator.steplog import chunk_rows
 from workloads.build import build_workload
 from workloads.spec import RequestColumns, Workload
 
@@ -274,7 +275,7 @@ def _replica_factory(main, cluster: _Cluster, latency, coalesce, policy_seed, wh
             if executor_factory is not None:
                 raise ConfigError(where, "cluster.mode", "executor_factory needs mode colocated")
             return cluster.disagg.make_replicas(env, sim_cluster, latency, coalesce, policy_streams)
-        reps = []
+        reps, chunk = [], chunk_rows(cluster.num_replicas)
         for i in range(cluster.num_replicas):
             rng = np.random.default_rng(policy_streams.spawn(1)[0])
             executor = (
@@ -283,6 +284,7 @@ def _replica_factory(main, cluster: _Cluster, latency, coalesce, policy_seed, wh
             )  # fmt: skip
             rep = Replica(
                 env, i, main.make_policy(rng), main.make_kv(), executor, coalesce=coalesce,
+                step_chunk=chunk,
             )  # fmt: skip
             sim_cluster.add_replica(rep)
             reps.append(rep)
