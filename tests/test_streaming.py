@@ -3,17 +3,20 @@
 * `simulator.csvfast` writes the bytes ``pandas.DataFrame.to_csv(index=False,
   float_format="%.9g")`` wrote (the old `write_results`);
 * `simulator.steplog.StepLog` gives back the rows a list of tuples held, and `step_arrays`
-  the columns it built from ``np.array(rows, dtype=float)``.
+  the columns it built from ``np.array(rows, dtype=float)``, whatever the chunk size
+  (`steplog.chunk_rows`, from the replica count).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
-from simulator import csvfast
+from simulator import csvfast, runner
 from simulator.metrics import step_arrays
-from simulator.steplog import NAMES, StepLog
+from simulator.steplog import CHUNK, MIN_CHUNK, NAMES, StepLog, chunk_rows
 
 
 def _pandas_csv(cols: dict, path) -> bytes:
@@ -298,3 +301,32 @@ def test_round_robin_horizon_changes_nothing(monkeypatch):
         assert len(x.steps) == len(y.steps) == len(z.steps)
         np.testing.assert_allclose(np.array(x.steps), np.array(y.steps), rtol=1e-12)
         assert x.itl_counts == y.itl_counts == z.itl_counts
+
+
+def test_chunk_rows_bounds_the_cluster_pending_rows():
+    assert chunk_rows(1) == CHUNK
+    assert chunk_rows(4) == CHUNK  # 4096 // 4
+    assert chunk_rows(64) == 64
+    assert chunk_rows(1024) == MIN_CHUNK
+
+
+def test_step_chunk_does_not_change_a_clusters_steps(monkeypatch):
+    """Round robin over 8 replicas, steps packed 1024 rows at a time and 32 at a time."""
+    repo = Path(__file__).resolve().parents[1]
+    cfg = {
+        "name": "chunks", "seed": 3, "model": "llama-3-8b", "hardware": {"gpu": "h200", "tp": 1},
+        "scheduler": {"policy": "continuous", "max_num_seqs": 64},
+        "workload": {
+            "trace": {"path": "workloads/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv"},
+            "arrival": {"process": "poisson", "rate_per_s": 80.0}, "num_requests": 600,
+            "limits": {"max_total_tokens": 8192},
+        },
+        "cluster": {"replicas": 8, "router": {"name": "round_robin"}},
+    }  # fmt: skip
+    steps = []
+    for pending in (CHUNK * 8, MIN_CHUNK * 8):
+        monkeypatch.setattr("simulator.steplog.CLUSTER_PENDING", pending)
+        steps.append(runner.simulate(runner.build(dict(cfg), "chunks", repo)).steps)
+    assert steps[0].keys() == steps[1].keys()
+    for k in steps[0]:
+        assert np.array_equal(steps[0][k], steps[1][k]), k
