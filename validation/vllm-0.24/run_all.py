@@ -64,8 +64,9 @@ class Pair:
     #: engine's capacity as for an 8B on one GPU. Chosen from the simulator's saturated
     #: completion rate on the conversation case (offered 20x its rate): Llama-3-8B on an H200
     #: 20.2 req/s, Llama-3-70B at TP2 on two 5.0 (bf16) and 9.0 (fp8), Qwen3-30B-A3B 25.6 and
-    #: Gemma-3-27B 6.3 and DeepSeek-V2-Lite 53.5 on one H200, gpt-oss-20b 32.8 on one H100 (`servesim`'s run of the conv case
-    #: at rate_scale 20, finished requests over the span to the last finish). An input, not a
+    #: Gemma-3-27B 6.3 and DeepSeek-V2-Lite 53.5 on one H200, gpt-oss-20b 32.8 on one H100
+    #: (`servesim`'s run of the conv case at rate_scale 20, finished requests over the span to
+    #: the last finish). An input, not a
     #: fit: nothing of the real runs is used to choose it.
     load: float = 1.0
 
