@@ -261,6 +261,28 @@ def _table(
     return d
 
 
+def test_heldout_names_the_scenarios_whose_steps_miss(tmp_path):
+    """Held-out scenario s3's steps run 30% over the law; the report names it first, with every
+    one of its steps beyond the floor and its median signed error (the model predicts less)."""
+
+    made = [0]  # steps are made in order: step i belongs to scenario s{i % 40}
+
+    def slow_s3(r):
+        i = made[0]
+        made[0] += 1
+        return _truth(r) * (1.3 if i % 40 == 3 else 1.0)
+
+    m = EngineStepModel(_table(tmp_path, truth=slow_s3), "toy", 1)
+    worst = m.heldout()["worst_scenarios"]
+    assert worst[0]["scenario"] == "s3"
+    assert worst[0]["beyond_floor"] == worst[0]["steps"] == 10
+    assert worst[0]["median_err"] == pytest.approx(1 / 1.3 - 1, abs=0.03)
+    assert all(w["beyond_floor"] <= worst[0]["beyond_floor"] for w in worst)
+    # a table that follows its law names no scenario
+    (tmp_path / "law").mkdir()
+    assert EngineStepModel(_table(tmp_path / "law"), "toy", 1).heldout()["worst_scenarios"] == []
+
+
 def test_fit_recovers_a_law_it_can_represent_on_held_out_steps(tmp_path):
     m = EngineStepModel(_table(tmp_path), "toy", 1)
     h = m.heldout()
