@@ -58,9 +58,9 @@ def default_table_dir(
 ) -> Path | None:
     """The shipped table for this (gpu, model, precision, tp[, serving engine]), if any."""
     subdirs = ([ENGINE_TABLES[engine]], []) if engine in ENGINE_TABLES else ([],)
-    for gpu_dir in dict.fromkeys([gpu.name, gpu.name.split("-")[0]]):
+    for gpu_dir in _gpu_dirs(gpu):
         for parts in subdirs:
-            cand = REPO_ROOT.joinpath("profiles", gpu_dir, *parts, table_folder(model, tp))
+            cand = gpu_dir.joinpath(*parts, table_folder(model, tp))
             if (cand / "meta.yaml").is_file():
                 return cand
     return None
@@ -111,8 +111,14 @@ def build_latency(
     table = sec.str("table", None)
     overhead_ms = sec.num("step_overhead_ms", None, min=0)
     step_ms = sec.num("step_ms", None, min=0, strict_min=True)
-    coll = _read_collectives(sec, gpu, tp, Path(base_dir))
+    coll_spec = sec.raw("collectives", "auto")
+    if not isinstance(coll_spec, str):
+        raise sec.error("collectives", f"expected auto, estimate or a folder, got {coll_spec!r}")
     sec.done()
+
+    def collectives():  # read only where a roofline is built
+        return _read_collectives(sec, coll_spec, gpu, tp, Path(base_dir))
+
     if kind == "constant":
         if step_ms is None:
             raise sec.error("step_ms", "required with model: constant")
@@ -123,10 +129,10 @@ def build_latency(
         if table is not None:
             raise sec.error("table", "a table is only used with model: profile or auto")
         return _roofline(model, gpu, tp, overhead_ms, where, sec.key("model"), expert_parallel,
-                         coll)  # fmt: skip
+                         collectives())  # fmt: skip
     if expert_parallel:
         return _ep_roofline(sec, kind, table, model, gpu, tp, overhead_ms, where, expert_parallel,
-                            coll)  # fmt: skip
+                            collectives)  # fmt: skip
     shipped = default_table_dir(model, gpu, tp, engine) if table is None else None
     table_dir = shipped
     if table is None and shipped is None and model.precision != Precision():
@@ -150,13 +156,13 @@ def build_latency(
                 f"no shipped table for {gpu.name} / {model.name} / tp{tp}; profile one with "
                 "`servesim profile` or use model: roofline",
             )
-        lat = _roofline(model, gpu, tp, overhead_ms, where, sec.key("model"), None, coll)
+        lat = _roofline(model, gpu, tp, overhead_ms, where, sec.key("model"), None, collectives())
         if mismatch:
             lat.fallback_reason = f"latency auto: {mismatch}; using the roofline model"
         return lat
     if overhead_ms is not None:
         raise sec.error("step_overhead_ms", "only the roofline model takes a fixed overhead")
-    if sec.raw("collectives", "auto") not in ("auto", "estimate"):
+    if coll_spec not in ("auto", "estimate"):
         raise sec.error("collectives", f"only the roofline model reads collectives; the table "
                         f"{_label(table_dir)} timed whole steps")  # fmt: skip
     if model.moe is not None and model.moe.routing_skew:
@@ -184,48 +190,44 @@ def _roofline(model, gpu, tp, overhead_ms, where, key, expert_parallel=None, col
     )  # fmt: skip
 
 
-def _read_collectives(sec: Section, gpu: GPUSpec, tp: int, base_dir: Path):
-    """``latency.collectives`` (module docstring): the measured table the roofline charges
-    collectives from, or None (tp 1, ``estimate``, or ``auto`` with none shipped)."""
-    spec = sec.raw("collectives", "auto")
-    if not isinstance(spec, str):
-        raise sec.error("collectives", f"expected auto, estimate or a folder, got {spec!r}")
+def _read_collectives(sec: Section, spec: str, gpu: GPUSpec, tp: int, base_dir: Path):
+    """``latency.collectives`` = ``spec`` (module docstring): the measured table the roofline
+    charges collectives from, or None (tp 1, ``estimate``, or ``auto`` with none shipped)."""
     if spec == "estimate" or (spec == "auto" and tp == 1):
         return None
     if spec == "auto":
-        folder = next((d for d in _gpu_dirs(gpu) if (d / f"nccl_x{tp}" / "meta.yaml").is_file()),
-                      None)  # fmt: skip
-        if folder is None:
-            return None
-        return load_collectives(folder / f"nccl_x{tp}", _label(folder / f"nccl_x{tp}"))
+        shipped = [d / f"nccl_x{tp}" for d in _gpu_dirs(gpu)]
+        folder = next((d for d in shipped if (d / "meta.yaml").is_file()), None)
+        return None if folder is None else load_collectives(folder, _label(folder))
     if tp == 1:
         raise sec.error("collectives", "a tp 1 engine runs no collectives")
     folder = _resolve(spec, base_dir)
     if folder is None:
         raise sec.error("collectives", f"no folder at {spec!r}")
     table = load_collectives(folder, _label(folder))
-    keys = {d.name for d in _gpu_dirs(gpu, existing=False)}
+    keys = {d.name for d in _gpu_dirs(gpu)}
     if table.gpu_key not in keys or table.ranks != tp:
         raise sec.error("collectives", f"{spec!r} measured {table.ranks}x {table.gpu_key}; this "
                         f"run is tp {tp} on {gpu.name}")  # fmt: skip
     return table
 
 
-def _gpu_dirs(gpu: GPUSpec, existing: bool = True) -> list[Path]:
-    """``profiles/<gpu>/`` folders of ``gpu`` (its name, then its family: h200-nvl -> h200)."""
-    dirs = [REPO_ROOT / "profiles" / n for n in dict.fromkeys([gpu.name, gpu.name.split("-")[0]])]
-    return [d for d in dirs if d.is_dir()] if existing else dirs
+def _gpu_dirs(gpu: GPUSpec) -> list[Path]:
+    """``profiles/<gpu>/`` folders that may hold ``gpu``'s tables, in order: its name, then its
+    family (h200-nvl -> h200)."""
+    return [REPO_ROOT / "profiles" / n for n in dict.fromkeys([gpu.name, gpu.name.split("-")[0]])]
 
 
-def _ep_roofline(sec, kind, table, model, gpu, tp, overhead_ms, where, mode, coll=None):
-    """`build_latency` for an expert-parallel layout: no table measured one (see there)."""
+def _ep_roofline(sec, kind, table, model, gpu, tp, overhead_ms, where, mode, collectives):
+    """`build_latency` for an expert-parallel layout: no table measured one (see there);
+    ``collectives()`` reads `latency.collectives` once a roofline is built."""
     if kind == "profile" or table is not None:
         raise sec.error(
             "table" if table is not None else "model",
             f"no profiled table measured expert parallelism ({mode}); use model: roofline or "
             "auto (tables time experts split over TP)",
         )
-    lat = _roofline(model, gpu, tp, overhead_ms, where, sec.key("model"), mode, coll)
+    lat = _roofline(model, gpu, tp, overhead_ms, where, sec.key("model"), mode, collectives())
     if default_table_dir(model, gpu, tp) is not None:
         lat.fallback_reason = (
             f"latency auto: the shipped table for {model.name} at tp{tp} timed experts split "
