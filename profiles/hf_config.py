@@ -20,6 +20,7 @@ from simulator.hf_catalog import HF_CONFIGS
 from simulator.hf_models import GEMMA3_TEXT_DEFAULTS
 from simulator.models import ModelSpec
 from simulator.precision import Precision
+from simulator.served import ShardedModel
 
 #: rope_theta per catalog family (published configs); any value gives the same step time
 _ROPE_THETA = {"llama-3": 500000.0, "llama-3.1": 500000.0, "qwen2.5": 1000000.0}
@@ -82,15 +83,44 @@ _PUBLISHED_EXTRAS = {
         "router_aux_loss_coef": 0.9, "output_router_logits": False, "pad_token_id": 199999,
         "eos_token_id": 200002,
     },
+    # deepseek-ai/DeepSeek-V3: sigmoid scores with a correction bias, top-8 of 4 of 8 expert
+    # groups (``noaux_tc``), weights scaled 2.5; YaRN x40 from 4k. Its multi-token-prediction
+    # layer (``num_nextn_predict_layers``) is left out: vLLM runs it only as a draft model
+    "DeepseekV3ForCausalLM": {
+        "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "hidden_act": "silu",
+        "rope_scaling": {
+            "type": "yarn", "factor": 40, "original_max_position_embeddings": 4096,
+            "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0,
+        },
+        "topk_method": "noaux_tc", "n_group": 8, "topk_group": 4, "scoring_func": "sigmoid",
+        "norm_topk_prob": True, "routed_scaling_factor": 2.5, "attention_bias": False,
+        "bos_token_id": 0, "eos_token_id": 1,
+    },
+}  # fmt: skip
+#: a checkpoint's own quantization, by architecture and weight format, where it is not
+#: `engine_precision`'s: DeepSeek-V3 ships block-wise FP8 (128 x 128 weight tiles, one scale
+#: each; activations scaled per token group), which vLLM serves with block-FP8 GEMMs and MoE
+_PUBLISHED_QUANT = {
+    ("DeepseekV3ForCausalLM", "fp8"): {
+        "quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3",
+        "weight_block_size": [128, 128],
+    },
 }  # fmt: skip
 
 
-def hf_config(spec: ModelSpec) -> dict:
+def hf_config(spec: ModelSpec, shard_tp: int | None = None) -> dict:
     """The ``config.json`` dict for ``spec``; int4 weights add a GPTQ checkpoint's
-    ``quantization_config`` and fp8 weights an FP8 one (see `engine_precision`). A catalog
-    model whose published config servesim ships (`simulator.hf_catalog`) for an architecture
-    in ``_PUBLISHED_EXTRAS`` gets that config (the same numbers its `ModelSpec` was read
-    from), completed; Llama- and Qwen2-style models are written from the spec."""
+    ``quantization_config`` and fp8 weights an FP8 one (see `engine_precision`; a checkpoint's
+    own, ``_PUBLISHED_QUANT``, where it has one). A catalog model whose published config
+    servesim ships (`simulator.hf_catalog`) for an architecture in ``_PUBLISHED_EXTRAS`` gets
+    that config (the same numbers its `ModelSpec` was read from), completed; Llama- and
+    Qwen2-style models are written from the spec. With ``shard_tp``: the model one GPU of that
+    TP layout runs (`shard_config`)."""
+    cfg = _full_config(spec)
+    return cfg if shard_tp is None else shard_config(cfg, spec, shard_tp)
+
+
+def _full_config(spec: ModelSpec) -> dict:
     published = HF_CONFIGS.get(spec.name)
     if published and published[1]["architectures"][0] in _PUBLISHED_EXTRAS:
         arch = published[1]["architectures"][0]
@@ -100,6 +130,8 @@ def hf_config(spec: ModelSpec) -> dict:
         cfg["torch_dtype"] = "bfloat16"
         cfg["max_position_embeddings"] = spec.max_model_len
         cfg.update(engine_precision(spec.weights, spec.kv_cache_dtype)[0])
+        if (arch, spec.weights) in _PUBLISHED_QUANT:
+            cfg["quantization_config"] = dict(_PUBLISHED_QUANT[arch, spec.weights])
         return cfg
     family = spec.name.rsplit("-", 1)[0]
     qwen = spec.qkv_bias
@@ -129,6 +161,35 @@ def hf_config(spec: ModelSpec) -> dict:
         cfg["rope_scaling"] = dict(_ROPE_SCALING[family])
     cfg.update(engine_precision(spec.weights, spec.kv_cache_dtype)[0])
     return cfg
+
+
+#: the width fields a TP layout splits, besides heads and vocabulary: dense MLP (or, in
+#: Mixtral's and gpt-oss's configs, the experts') and expert intermediate sizes
+_SPLIT_WIDTHS = ("intermediate_size", "moe_intermediate_size")
+
+
+def shard_config(cfg: dict, spec: ModelSpec, tp: int) -> dict:
+    """``cfg`` with the shapes one GPU of a ``tp``-way TP layout computes, as
+    `simulator.served.ShardedModel` describes them (vLLM's column / row-parallel split): query
+    and KV heads (replicated where ``tp`` exceeds them), the MLP and expert intermediate sizes
+    and the vocabulary split ``tp`` ways; hidden size, head size, layers, experts, top-k and
+    MLA's latent ranks (replicated in vLLM) unchanged. An engine running it at TP1 times one
+    GPU's step of the layout without the collectives (`simulator.latency.shard`)."""
+    sm = ShardedModel(spec, tp)  # checks that tp divides the model (ConfigError)
+    out = dict(cfg)
+    out["num_attention_heads"] = sm.heads
+    out["num_key_value_heads"] = sm.kv_heads
+    out["vocab_size"] = sm.vocab
+    for key in _SPLIT_WIDTHS:
+        if key in out:
+            out[key] = out[key] // tp
+    # special token ids past the shard's vocabulary would index its logits out of bounds (the
+    # min-tokens processor masks EOS; seen: gpt-oss-120b's 200002 at a vocabulary of 100544):
+    # the last ids stand in for them (an id changes no shape)
+    for i, key in enumerate(("eos_token_id", "pad_token_id", "bos_token_id")):
+        if isinstance(out.get(key), int) and out[key] >= sm.vocab:
+            out[key] = sm.vocab - 1 - i
+    return out
 
 
 def _gemma3_text(cfg: dict) -> dict:
@@ -187,8 +248,10 @@ def engine_precision(weights: str, kv_cache_dtype: str) -> tuple[dict, dict]:
     return cfg, args
 
 
-def write_model_dir(spec: ModelSpec, out_dir: Path) -> Path:
-    """Write ``config.json`` into ``out_dir`` (created) and return the folder."""
+def write_model_dir(spec: ModelSpec, out_dir: Path, shard_tp: int | None = None) -> Path:
+    """Write ``config.json`` (of one GPU's shard of a ``shard_tp`` layout, when given) into
+    ``out_dir`` (created) and return the folder."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "config.json").write_text(json.dumps(hf_config(spec), indent=1) + "\n")
+    cfg = hf_config(spec, shard_tp)
+    (out_dir / "config.json").write_text(json.dumps(cfg, indent=1) + "\n")
     return out_dir

@@ -43,6 +43,12 @@ def profile_main(argv: list[str]) -> int:
     ap.add_argument(
         "--kv-cache-dtype", default="bf16", choices=list(KV_CACHE_DTYPES), help="KV cache dtype"
     )
+    ap.add_argument(
+        "--shard",
+        action="store_true",
+        help="time one GPU's shard of the --tp layout at TP1 (per-GPU shapes; the simulator "
+        "adds the layout's collectives): for layouts larger than the machine",
+    )
     ap.add_argument("--gpu-key", default=None, help="table folder name (default from the GPU)")
     ap.add_argument("--out", required=True, help="table folder (raw runs go to OUT/raw)")
     ap.add_argument("--rebuild", action="store_true", help="rebuild OUT from OUT/raw (no GPU)")
@@ -60,11 +66,13 @@ def profile_main(argv: list[str]) -> int:
     raw = out / "raw"
     if not a.rebuild:
         phase = {"name": "profile", "kind": "profile", "repeats": a.repeats}
-        _run_engine_job(spec, a.tp, raw, [phase])
+        if a.shard and a.tp < 2:
+            raise ConfigError("<cli>", "--shard", "needs --tp 2 or more (the layout sharded)")
+        _run_engine_job(spec, a.tp, raw, [phase], shard=a.shard)
     return _build_and_report(raw, out, a.gpu_key, spec, a.tp)
 
 
-def _run_engine_job(spec, tp: int, raw: Path, phases: list[dict]) -> None:
+def _run_engine_job(spec, tp: int, raw: Path, phases: list[dict], shard: bool = False) -> None:
     try:
         import vllm  # noqa: F401
     except ImportError:
@@ -75,9 +83,12 @@ def _run_engine_job(spec, tp: int, raw: Path, phases: list[dict]) -> None:
         ) from None
     from profiles import vllm_run
 
-    mdir = write_model_dir(spec, raw / "model")
+    mdir = write_model_dir(spec, raw / "model", tp if shard else None)
     precision = {"weights": spec.weights, "kv_cache_dtype": spec.kv_cache_dtype}
-    job = {"model_dir": str(mdir), "tp": tp, "precision": precision, "phases": phases}
+    job = {"model_dir": str(mdir), "tp": 1 if shard else tp, "precision": precision}
+    if shard:
+        job["shard_tp"] = tp
+    job["phases"] = phases
     (raw / "job.json").write_text(json.dumps(job))
     asyncio.run(vllm_run.main_async(job, raw))
 
@@ -90,8 +101,11 @@ def _build_and_report(raw: Path, out: Path, key: str | None, spec, tp: int) -> i
         raise ConfigError(str(raw), "engine.json", "no recorded engine run here")
     if key is None:
         key = gpu_key(json.loads((raw / "engine.json").read_text())["gpu"])
-    build_table(raw, out, key, spec, tp)
+    meta = build_table(raw, out, key, spec, tp)
+    # a shard table's held-out error is its own steps' (the shard's fit, no collectives)
     m = EngineStepModel(out, spec.name, tp)
+    if "shard" in meta:
+        print(f"one GPU's shard of tp {tp}: held-out error of the shard's own steps")
     print(json.dumps(m.heldout(), indent=1))
     return 0
 

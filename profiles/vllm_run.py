@@ -21,7 +21,10 @@ capacity), ``steps.jsonl.<pid>``, ``<phase>.json.gz`` (requests + phase window +
 
 A job's ``precision`` (``{"weights": bf16|fp8|int4, "kv_cache_dtype": bf16|fp8}``, default
 bf16) becomes engine arguments (`profiles.hf_config.engine_precision`); the model folder's
-``config.json`` must have been written for the same weights (an int4 checkpoint config).
+``config.json`` must have been written for the same weights (an int4 checkpoint config). A job
+with ``shard_tp: K`` runs at TP1 a ``config.json`` of one GPU's shard of a K-way TP layout
+(`profiles.hf_config.shard_config`); the table built from it adds the layout's collectives
+(`simulator.latency.shard`).
 
 Nothing here fits or judges anything: it only records. Requests use random token ids, exact
 output lengths (``min_tokens = max_tokens``, ``ignore_eos``) and no detokenization.
@@ -49,6 +52,10 @@ SERVE_ENV = {
     "VLLM_USE_FLASHINFER_SAMPLER": "0",
     "VLLM_WORKER_MULTIPROC_METHOD": "fork",
 }
+#: kernel switches a caller may set, recorded in engine.json when set: the carried vLLM lacks
+#: DeepGEMM's JIT headers, so block-FP8 models run with ``VLLM_USE_DEEP_GEMM=0`` (CUTLASS
+#: block-scaled GEMMs; DeepSeek-V3's shard table, profiles/README.md)
+RECORDED_ENV = ("VLLM_USE_DEEP_GEMM",)
 #: NVLink multicast stays off on shared multi-GPU hosts (a program using it can take the host's
 #: GPUs out of service): NCCL's NVLS, torch's symmetric-memory multicast, NVSHMEM's. These are
 #: forced, not defaults a caller may override.
@@ -87,6 +94,7 @@ def warmup_prefill_sizes(limit: int) -> list[int]:
 def serve_env(tp: int) -> dict[str, str]:
     """The environment a job's engine runs in (set before vLLM is imported)."""
     env = {k: os.environ.get(k, v) for k, v in SERVE_ENV.items()}
+    env.update((k, os.environ[k]) for k in RECORDED_ENV if k in os.environ)
     env.update(MULTICAST_OFF)
     if tp in MULTIMEM_TP:
         env["VLLM_ALLREDUCE_USE_SYMM_MEM"] = "0"
@@ -306,7 +314,7 @@ async def main_async(job: dict, out: Path) -> None:
     prec = job_precision(job)
     cfg_adds, args = engine_precision(prec["weights"], prec["kv_cache_dtype"])
     model_cfg = json.loads((Path(job["model_dir"]) / "config.json").read_text())
-    if cfg_adds.get("quantization_config") != model_cfg.get("quantization_config"):
+    if _quant_method(cfg_adds) != _quant_method(model_cfg):  # block-wise FP8 is still fp8
         raise SystemExit(f"{job['model_dir']}/config.json was not written for {prec['weights']}")
     engine = start_engine(job["model_dir"], job.get("tp", 1), {**args, **job.get("engine", {})})
     facts = engine_facts(engine)
@@ -352,6 +360,10 @@ async def main_async(job: dict, out: Path) -> None:
     finally:
         energy.stop()
         engine.shutdown()
+
+
+def _quant_method(cfg: dict) -> str | None:
+    return (cfg.get("quantization_config") or {}).get("quant_method")
 
 
 def main(argv: list[str] | None = None) -> int:

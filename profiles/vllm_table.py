@@ -362,15 +362,18 @@ def _write_energy(run_dir: Path, out_dir: Path, phase: dict, rows: list[dict]) -
 
 def _kernels(run_dir: Path) -> dict:
     """The kernels vLLM's log says it selected: linear layers (by quantization method), the
-    attention backend and, at TP > 1, the all-reduce backends in dispatch order (on a host with
-    NVLink multicast off vLLM drops its symmetric-memory all-reduce and says so). A method whose
-    choice the log does not print is absent."""
+    attention backend, the fused-MoE backend and, at TP > 1, the all-reduce backends in
+    dispatch order (on a host with NVLink multicast off vLLM drops its symmetric-memory
+    all-reduce and says so). A method whose choice the log does not print is absent."""
     log = run_dir / "log.txt"
     text = log.read_text(errors="replace") if log.is_file() else ""
     found = {m.group(2): m.group(1) for m in _LINEAR_KERNEL.finditer(text)}
     backend = _ATTENTION_BACKEND.search(text)
     if backend:
         found["attention"] = backend.group(1)
+    moe = _MOE_BACKEND.search(text)
+    if moe:
+        found["moe"] = moe.group(1)
     allreduce = _ALLREDUCE_BACKENDS.search(text)
     if allreduce:
         found["all_reduce"] = allreduce.group(1).replace("'", "").replace(" ", "")
@@ -381,6 +384,8 @@ def _kernels(run_dir: Path) -> dict:
 _LINEAR_KERNEL = re.compile(r"(?:Selected|Using) (\w+Kernel) for (\w+)")
 #: "Using FLASH_ATTN attention backend out of potential backends: [...]"
 _ATTENTION_BACKEND = re.compile(r"Using (\w+) attention backend")
+#: "Using TRITON Fp8 MoE backend out of potential backends: [...]" (or "Unquantized MoE")
+_MOE_BACKEND = re.compile(r"Using (\w+) \w+ MoE backend")
 #: "Using ['CUSTOM', 'PYNCCL'] all-reduce backends (in dispatch order) for group 'tp:0' ..."
 _ALLREDUCE_BACKENDS = re.compile(r"Using \[([^\]]*)\] all-reduce backends")
 
@@ -445,6 +450,7 @@ def build_table(run_dir: Path, out_dir: Path, gpu_key: str, spec: ModelSpec, tp:
     engine = json.loads((run_dir / "engine.json").read_text())
     # refuse a run of another precision before writing anything
     precision = _served_precision(run_dir, engine, spec)
+    shard = _shard(run_dir, engine, tp)
     loaded_gib = check_weights_loaded(run_dir, spec, tp)
     phase = load_profile_phase(run_dir)
     bursts = submit_bursts(phase["scenarios"], phase["requests"])
@@ -480,6 +486,8 @@ def build_table(run_dir: Path, out_dir: Path, gpu_key: str, spec: ModelSpec, tp:
     if spec.sliding_window is not None:
         measured["steps"]["window_contexts_unresolved"] = unresolved
     meta = _meta(run_dir, engine, gpu_key, spec, tp, measured)
+    if shard:
+        meta["shard"] = shard
     (out_dir / "meta.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
     return meta
 
@@ -491,6 +499,28 @@ def _windowed_rows(steps: list[dict], phase: dict, spec: ModelSpec, tp: int) -> 
     if reads is None:
         return step_rows(steps)
     return step_rows(steps, reads, decode_contexts(steps, phase["requests"], phase["scenarios"]))
+
+
+def _shard(run_dir: Path, engine: dict, tp: int) -> dict | None:
+    """The ``shard`` entry of a table of one GPU's shard of a ``tp``-way layout (the run's job
+    says ``shard_tp: tp`` and ran at TP1), None for a run of the whole engine at ``tp``; a run
+    of another layout is refused before anything is written."""
+    job = engine.get("job") or {}
+    ran, shard_tp = int(job.get("tp", 1)), job.get("shard_tp")
+    path = str(run_dir / "engine.json")
+    if shard_tp is None:
+        if ran != tp:
+            raise ConfigError(path, "job.tp", f"the run served tp {ran}; the table is for tp {tp}")
+        return None
+    if shard_tp != tp or ran != 1:
+        raise ConfigError(path, "job.shard_tp", f"the run timed one GPU's shard of tp "
+                          f"{shard_tp} at tp {ran}; the table is for tp {tp} (expected "
+                          f"shard_tp {tp} at tp 1)")  # fmt: skip
+    return {
+        "tp": tp,
+        "timed": "one GPU's shard at TP1: per-GPU shapes (profiles.hf_config.shard_config); "
+        "the simulator adds the layout's collectives (simulator.latency.shard)",
+    }
 
 
 def _served_precision(run_dir: Path, engine: dict, spec: ModelSpec) -> dict:

@@ -79,8 +79,13 @@ class MeasuredStepEnergy:
 
     kind = "measured"
 
-    def __init__(self, rows: list[dict], idle_w: float, gpus: int, source: str, where: str):
+    def __init__(
+        self, rows: list[dict], idle_w: float, gpus: int, source: str, where: str, copies: int = 1
+    ):
         self.idle_w, self.gpus, self.source = float(idle_w), int(gpus), source
+        #: a replica's joules are this many times the fitted ones: ``tp`` for a table of one
+        #: GPU's shard of a TP layout (every GPU of it runs the same shard), else 1
+        self.copies = int(copies)
         self.rows = rows
         train = _usable(rows, "train")
         if len(train) < len(BUSY_TERMS):
@@ -107,6 +112,8 @@ class MeasuredStepEnergy:
         """Idle and busy joules of a run: idle over ``replica_s`` (wall time x replicas), busy
         from its step totals (`step_totals`)."""
         busy = float(np.dot(self.coef, [totals[k] for k in BUSY_TERMS]))
+        if self.copies != 1:
+            return {"idle": self.copies * self.idle_w * replica_s, "busy": self.copies * busy}
         return {"idle": self.idle_w * replica_s, "busy": busy}
 
     def heldout(self) -> dict:
@@ -127,6 +134,8 @@ class MeasuredStepEnergy:
         return {
             "idle_w": self.idle_w,
             "gpus": self.gpus,
+            **({"replica_joules": f"{self.copies} x one GPU's (a shard table)"}
+               if self.copies != 1 else {}),
             "coefficients": dict(zip(
                 ("busy_w", "per_step_j", "per_token_j", "per_decode_ctx_j", "per_prefill_attn_j"),
                 map(float, self.coef), strict=True)),
@@ -236,13 +245,17 @@ def table_energy(table_dir: Path, meta: dict, source: str, tp: int):
     idle_w, gpus = info.get("idle_w"), info.get("gpus")
     if not _number(idle_w) or idle_w < 0:
         raise ConfigError(meta_path, "energy.idle_w", f"expected a number >= 0, got {idle_w!r}")
-    if isinstance(gpus, bool) or gpus != tp:
-        raise ConfigError(meta_path, "energy.gpus", f"expected the table's tp ({tp}), got "
-                          f"{gpus!r}: joules are the whole replica's")  # fmt: skip
+    # a shard table (`simulator.latency.shard`) read one GPU: the replica is tp of them
+    want = 1 if meta.get("shard") else tp
+    if isinstance(gpus, bool) or gpus != want:
+        why = "one GPU's shard" if meta.get("shard") else "joules are the whole replica's"
+        raise ConfigError(meta_path, "energy.gpus", f"expected {want} (the table's tp {tp}; "
+                          f"{why}), got {gpus!r}")  # fmt: skip
     if not csv_path.is_file():
         raise ConfigError(str(csv_path), "file", "missing: meta.yaml has energy readings")
     rows = read_energy_csv(csv_path)
-    return MeasuredStepEnergy(rows, idle_w, gpus, source, str(csv_path)), None
+    copies = tp // want
+    return MeasuredStepEnergy(rows, idle_w, gpus, source, str(csv_path), copies), None
 
 
 def read_energy_csv(path: Path) -> list[dict]:

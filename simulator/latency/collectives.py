@@ -34,6 +34,8 @@ import numpy as np
 
 from simulator.errors import ConfigError
 from simulator.files import load_yaml_file
+from simulator.hardware import LinkSpec
+from simulator.served import ShardedModel, collective_link_factor
 
 #: the measured collective that times each collective op of `simulator.served`
 OP_OF = {
@@ -137,4 +139,61 @@ def _read_curves(path: Path, ranks: int) -> dict[str, tuple[np.ndarray, np.ndarr
     return curves
 
 
-__all__ = ["OP_OF", "CollectiveTimes", "load_collectives"]
+class StepCollectives:
+    """Seconds the collectives of one step of ``tokens`` tokens take on one GPU of a TP group:
+    every collective op of the served model's op list (`ShardedModel.ops`, kind
+    ``collective``), ``count`` per layer it runs in, each at the bytes its link moves
+    (`collective_link_factor`), timed by ``measured`` (this GPU's table at this group size)
+    when given, else estimated as ``link latency + link bytes / link bandwidth``.
+
+    One description for every consumer: the roofline model charges these terms, and an engine
+    table timed on one GPU of a TP layout (`simulator.latency.shard`) adds them to its steps.
+    Invariant: non-decreasing in ``tokens`` (link bytes grow with tokens; measured curves are
+    non-decreasing, the estimate linear)."""
+
+    def __init__(self, served: ShardedModel, link: LinkSpec, measured: CollectiveTimes | None):
+        if measured is not None and measured.ranks != served.tp:
+            raise ValueError(f"collectives measured at {measured.ranks} ranks, not tp {served.tp}")
+        self.served, self.link, self.measured = served, link, measured
+        #: (op, calls per step, link factor), in op-list order
+        self._calls = [
+            (o, o.count * served.layers_of(o), collective_link_factor(o, served.tp))
+            for o in served.ops
+            if o.kind == "collective"
+        ]
+
+    def seconds(self, tokens: float) -> tuple[float, float]:
+        """``(all-reduce seconds, expert-parallel seconds)`` of a step of ``tokens`` tokens,
+        summed op by op in op-list order (the roofline's terms ``allreduce`` and
+        ``expert_comm``)."""
+        allreduce = expert = 0.0
+        link, measured = self.link, self.measured
+        for o, calls, factor in self._calls:
+            link_bytes = factor * tokens * o.act_bytes_per_token
+            if measured is not None:
+                call = measured.seconds(o.name, link_bytes)
+            else:
+                call = link_bytes / link.bandwidth + link.latency
+            if o.ep:
+                expert += calls * call
+            else:
+                allreduce += calls * call
+        return allreduce, expert
+
+    def describe(self) -> dict:
+        """What times the collectives: the measured table, or the link estimate (flagged)."""
+        if self.measured is not None:
+            return {"measured": self.measured.describe()}
+        link = self.link
+        return {
+            "estimated": {
+                "link": link.name,
+                "bandwidth": link.bandwidth,
+                "latency_s": link.latency,
+            },
+            "warning": f"collectives at tp {self.served.tp} estimated from the link's bandwidth "
+            "and latency, not measured on this GPU at this group size",
+        }
+
+
+__all__ = ["OP_OF", "CollectiveTimes", "StepCollectives", "load_collectives"]

@@ -50,11 +50,10 @@ few float operations (about 0.8 us per call with Python 3.11; see ``tests/test_r
 from __future__ import annotations
 
 from simulator.hardware import GPUSpec, LinkSpec, default_tp_link
-from simulator.latency.collectives import CollectiveTimes
+from simulator.latency.collectives import CollectiveTimes, StepCollectives
 from simulator.models import ModelSpec
 from simulator.served import (
     ShardedModel,
-    collective_link_factor,
     ep_expert_tokens,
     ep_experts_touched,
     expected_experts_touched,
@@ -107,6 +106,7 @@ class RooflineLatencyModel:
         "expert_parallel",
         "uses_prefill_ctx",
         "collectives",
+        "_step_collectives",
     )
 
     def __init__(
@@ -155,6 +155,9 @@ class RooflineLatencyModel:
         if collectives is not None and collectives.ranks != tp:
             raise ValueError(f"collectives measured at {collectives.ranks} ranks, not tp {tp}")
         self.collectives = collectives if tp > 1 else None
+        self._step_collectives = (
+            StepCollectives(sm, allreduce_link, self.collectives) if tp > 1 else None
+        )
         #: layers differ (MoE, dense + expert layers, MLA), or collectives are measured:
         #: step_time sums `breakdown`
         self._general = not sm.uniform_layers or self.collectives is not None
@@ -320,21 +323,13 @@ class RooflineLatencyModel:
         return out
 
     def _collectives(self, out: dict, t: float) -> None:
-        """Charge every collective op per instance and layer at its link bytes
-        (`collective_link_factor`): all-reduces under ``allreduce``, the expert-parallel
-        dispatch / combine / all-gather under ``expert_comm``. The measured time of that call
-        when `collectives` holds this GPU's table, else ``latency + link bytes / bandwidth``
-        from the link's figures (an estimate, flagged in `describe`)."""
-        link, sm, measured = self.allreduce_link, self.served, self.collectives
-        for o in sm.ops:
-            if o.kind != "collective":
-                continue
-            link_bytes = collective_link_factor(o, self.tp) * t * o.act_bytes_per_token
-            if measured is not None:
-                call = measured.seconds(o.name, link_bytes)
-            else:
-                call = link_bytes / link.bandwidth + link.latency
-            out["expert_comm" if o.ep else "allreduce"] += o.count * sm.layers_of(o) * call
+        """Charge every collective op of the step (`StepCollectives`: measured on this GPU
+        when `collectives` holds its table, else the link estimate, flagged in `describe`):
+        all-reduces under ``allreduce``, expert-parallel dispatch / combine / all-gather under
+        ``expert_comm``."""
+        allreduce, expert = self._step_collectives.seconds(t)
+        out["allreduce"] += allreduce
+        out["expert_comm"] += expert
 
     def _weight_read(self, op, tokens: float) -> float:
         """Weight bytes ``op`` reads in a step of ``tokens`` tokens: all of them, or for routed

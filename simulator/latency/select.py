@@ -15,10 +15,12 @@
 * ``roofline``: the analytic bound from the model and GPU catalogs;
 * ``constant``: every step takes ``step_ms`` (hand-computable runs; not a GPU model).
 
-``latency.collectives`` (roofline at tp > 1 only): ``auto`` (default) charges collectives the
-times measured on this GPU at this group size when shipped (``profiles/<gpu>/nccl_x<tp>/``,
-`simulator.latency.collectives`), else the link estimate; ``estimate`` always the link
-estimate; a folder: that table, which must have measured this GPU at this tp.
+``latency.collectives`` (tp > 1: the roofline model, and an engine table of one GPU's shard of a
+TP layout, `simulator.latency.shard`, which adds the collectives that join the shards):
+``auto`` (default) charges collectives the times measured on this GPU at this group size when
+shipped (``profiles/<gpu>/nccl_x<tp>/``, `simulator.latency.collectives`), else the link
+estimate; ``estimate`` always the link estimate; a folder: that table, which must have measured
+this GPU at this tp.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from pathlib import Path
 from simulator.cfg import Section
 from simulator.errors import ConfigError
 from simulator.files import load_yaml_file
-from simulator.hardware import GPUSpec
-from simulator.latency.collectives import load_collectives
+from simulator.hardware import GPUSpec, default_tp_link
+from simulator.latency.collectives import StepCollectives, load_collectives
 from simulator.latency.constant import ConstantLatencyModel
 from simulator.latency.roofline import DEFAULT_STEP_OVERHEAD_S, RooflineLatencyModel
 from simulator.latency.table import table_precision
@@ -162,20 +164,36 @@ def build_latency(
         return lat
     if overhead_ms is not None:
         raise sec.error("step_overhead_ms", "only the roofline model takes a fixed overhead")
-    if coll_spec not in ("auto", "estimate"):
-        raise sec.error("collectives", f"only the roofline model reads collectives; the table "
-                        f"{_label(table_dir)} timed whole steps")  # fmt: skip
     if model.moe is not None and model.moe.routing_skew:
         raise sec.error("model", f"model.routing_skew is read by the roofline model only; the "
                         f"table {_label(table_dir)} timed its own router (use model: "
                         "roofline)")  # fmt: skip
     from simulator.latency.engine_steps import EngineStepModel, is_engine_table
 
+    shard = is_engine_table(table_dir) and _is_shard(table_dir)
+    if coll_spec not in ("auto", "estimate") and not shard:
+        raise sec.error("collectives", f"only the roofline model and shard tables read "
+                        f"collectives; the table {_label(table_dir)} timed whole steps of "
+                        "the whole engine")  # fmt: skip
+    if shard:
+        from simulator.latency.shard import ShardStepModel
+
+        coll = StepCollectives(ShardedModel(model, tp), default_tp_link(gpu), collectives())
+        return ShardStepModel(table_dir, model.name, tp, coll)
     if is_engine_table(table_dir):
         return EngineStepModel(table_dir, model.name, tp)
     from simulator.latency.profiled import ProfileLatencyModel
 
     return ProfileLatencyModel(table_dir, model, tp)
+
+
+def _is_shard(table_dir: Path) -> bool:
+    """Whether an engine table timed one GPU's shard of a TP layout (`shard_tp`)."""
+    from simulator.latency.shard import shard_tp
+
+    path = table_dir / "meta.yaml"
+    meta = load_yaml_file(path, "table meta.yaml")
+    return isinstance(meta, dict) and shard_tp(meta, str(path)) is not None
 
 
 def _bf16(model: ModelSpec) -> ModelSpec:

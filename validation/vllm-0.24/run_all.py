@@ -50,6 +50,9 @@ SERVED = {
     "deepseek-v2-lite": "deepseek-v2-lite",
     "mixtral-8x7b": "mixtral-8x7b",
     "gpt-oss-20b": "gpt-oss-20b",
+    "gpt-oss-120b": "gpt-oss-120b",
+    # served in the checkpoint's block-wise FP8 (`profiles.hf_config._PUBLISHED_QUANT`)
+    "deepseek-v3-fp8": "{base: deepseek-v3, weights: fp8}",
 }
 
 
@@ -105,10 +108,25 @@ PROFILES_ONLY = (
 )
 
 
+#: one GPU's shard of a TP layout, timed at TP1 (`profiles.hf_config.shard_config`; the
+#: simulator adds the collectives, `simulator.latency.shard`): (job name, served model, layout
+#: tp). DeepSeek-V3 at TP8, as it is usually served on one 8-GPU host (78 GiB of FP8 weights a
+#: GPU: an H200); gpt-oss-120b at TP2, the layout whose collectives are measured here (109 GiB
+#: of bf16 weights a GPU); Llama-3-70B at TP2 checks the method against the real TP2 table
+SHARDS = (
+    ("h200_deepseek-v3-fp8_tp8-shard", "deepseek-v3-fp8", 8),
+    ("h200_gpt-oss-120b_tp2-shard", "gpt-oss-120b", 2),
+    ("h200_llama-3-70b_tp2-shard", "llama-3-70b", 2),
+)
+
+
 #: models whose prefill is several times an 8B's get a smaller grid (prompt + output tokens per
 #: scenario at most) and a 70B or Mixtral-8x7B one pass: (cap, passes) by the size in the job's
 #: name. Such a single pass fits one GPU call; a 27B's three passes take two (`resume`)
-GRID_LIMITS = {"70b": (120_000, 1), "27b": (120_000, vllm_grid.REPEATS), "8x7b": (120_000, 1)}
+GRID_LIMITS = {
+    "70b": (120_000, 1), "27b": (120_000, vllm_grid.REPEATS), "8x7b": (120_000, 1),
+    "deepseek-v3": (120_000, 1), "120b": (120_000, 1),
+}  # fmt: skip
 
 
 def case_overrides(trace: str, load: str, pair: Pair) -> list[str]:
@@ -127,12 +145,16 @@ def cases():
             yield trace, load, str(HERE / "configs" / f"{trace}.yaml")
 
 
-def _engine_job(out: Path, model: str, tp: int) -> dict:
+def _engine_job(out: Path, model: str, tp: int, shard: bool = False) -> dict:
     """The model folder (relative to the repository root: jobs run from the root of a copy of
-    the tree on the GPU machine, wherever that lies), TP and precision of a served model."""
+    the tree on the GPU machine, wherever that lies), TP and precision of a served model; with
+    ``shard``, one GPU's shard of the ``tp`` layout, run at TP1."""
     spec = load_model(yaml.safe_load(SERVED[model]), "run_all.SERVED", model)
-    mdir = write_model_dir(spec, out / "models" / model).relative_to(ROOT)
+    folder = out / "models" / (f"{model}_tp{tp}-shard" if shard else model)
+    mdir = write_model_dir(spec, folder, tp if shard else None).relative_to(ROOT)
     precision = {"weights": spec.weights, "kv_cache_dtype": spec.kv_cache_dtype}
+    if shard:
+        return {"model_dir": str(mdir), "tp": 1, "shard_tp": tp, "precision": precision}
     return {"model_dir": str(mdir), "tp": tp, "precision": precision}
 
 
@@ -163,6 +185,8 @@ def make_jobs(out: Path) -> None:
         _profile_job(out, pair.name, job)
     for name, model, tp in PROFILES_ONLY:
         _profile_job(out, name, _engine_job(out, model, tp))
+    for name, model, tp in SHARDS:
+        _profile_job(out, name, _engine_job(out, model, tp, shard=True))
 
 
 def report(real_root: Path, tables: dict[str, str] | None = None) -> dict:
