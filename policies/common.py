@@ -13,11 +13,13 @@ def grow_decodes(replica, preempt=None) -> bool:
     succeeds or the request itself was the victim. ``preempt(replica, victim)`` defaults to
     recompute. Returns True if any decode remains to run.
     """
-    preempt = preempt or _recompute
     d, kv = replica.decoding, replica.kv
-    group = getattr(kv, "extend_group", None)
+    group = replica._extend_group  # the allocator's `extend_group`, None when it has none
     # all due members at once when the KV has room for all (the usual case); else one by one
     due = d.grow_due_grouped(group, kv.block_size) if group is not None else d.pop_due_growth()
+    if not due:
+        return bool(d.members)
+    preempt = preempt or _recompute
     for req in due:
         if req._dset is None:  # preempted as a victim earlier in this loop
             continue
@@ -28,7 +30,7 @@ def grow_decodes(replica, preempt=None) -> bool:
                 break
         else:
             d.set_capacity(req, cap)
-    return len(d) > 0
+    return bool(d.members)
 
 
 def _recompute(replica, victim) -> None:
@@ -106,7 +108,8 @@ def admit_whole_prompts(policy, replica, now: float, preemption=None) -> list:
                 waiting.popleft()
                 replica.reject(req, reason, now)
                 continue
-        swapped = preemption is not None and preemption.is_swapped(req)
+        # only a preempted request can be swapped out (`Preemption.preempt` counts it)
+        swapped = preemption is not None and req.num_preemptions and preemption.is_swapped(req)
         hit = prefix_hit(replica, req) if caching else 0
         # a waiting request is outside the decode set: its progress is in its own fields
         tokens = req.num_prompt_tokens + req._num_output
@@ -115,7 +118,8 @@ def admit_whole_prompts(policy, replica, now: float, preemption=None) -> list:
             break
         waiting.popleft()
         kv.allocate(req, tokens)
-        start_from_cache(req, hit)
+        if hit:
+            start_from_cache(req, hit)
         if swapped:
             preemption.swap_in(req)
         replica.admit(req, now)

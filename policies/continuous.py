@@ -66,8 +66,9 @@ class ContinuousBatching(Policy):
             if chunks:
                 return StepPlan(chunks=tuple(chunks), extra_s=pre.take_extra_s())
         if replica.decoding.members and grow_decodes(replica, pre.preempt):
-            extra = pre.take_extra_s()
-            return StepPlan(decode=True, extra_s=extra) if extra else DECODE
+            if not pre.pending_s:  # no swap copies to charge (the usual case)
+                return DECODE
+            return StepPlan(decode=True, extra_s=pre.take_extra_s())
         extra = pre.take_extra_s()
         if extra:  # everything was preempted: still charge the swap-out copies
             return StepPlan(chunks=(), decode=True, extra_s=extra)

@@ -38,7 +38,8 @@ class Preemption:
         self.kv_bytes_held = engine.get("kv_bytes_held")
         if self.mode == "swap" and self.kv_bytes_held is None:
             raise ValueError("swap preemption needs the engine's kv_bytes_held")
-        self._pending_s = 0.0
+        #: swap copy time accumulated while planning this step (`take_extra_s` takes it)
+        self.pending_s = 0.0
         self.stats = {
             "recompute": 0,
             "swap": 0,
@@ -67,7 +68,7 @@ class Preemption:
             self.stats["swap"] += 1
             self.stats["swap_out_tokens"] += n
             self.stats["swap_out_s"] += t
-            self._pending_s += t
+            self.pending_s += t
         else:
             replica.preempt(victim)
             self.stats["recompute"] += 1
@@ -83,9 +84,9 @@ class Preemption:
         t = self.link.transfer_time(self.kv_bytes_held(n))
         self.stats["swap_in_tokens"] += n
         self.stats["swap_in_s"] += t
-        self._pending_s += t
+        self.pending_s += t
 
     def take_extra_s(self) -> float:
         """Copy time accumulated while planning this step (then reset)."""
-        t, self._pending_s = self._pending_s, 0.0
+        t, self.pending_s = self.pending_s, 0.0
         return t

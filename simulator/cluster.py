@@ -10,6 +10,7 @@ the horizon) in ``log``, a columnar `RequestLog` that drops finished requests' o
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import simpy
 
@@ -57,7 +58,7 @@ class Cluster:
         """
         position = len(self.replicas)
         if getattr(self.router, "name", None) == "round_robin":
-            replica.next_external_s = lambda: self._next_arrival_for(position)
+            replica.next_external_s = partial(self._next_arrival_for, position)
         else:
             replica.next_external_s = self.next_external_s
         self.replicas.append(replica)
@@ -70,7 +71,7 @@ class Cluster:
         cur = self.log.num_arrived
         i = cur + (position - cur) % len(self.replicas)
         times = self.specs.arrival_s
-        return float(times[i]) if i < len(times) else math.inf
+        return times.item(i) if i < len(times) else math.inf
 
     def start(self) -> None:
         self.env.process(self._arrivals())
@@ -83,8 +84,9 @@ class Cluster:
         for i, (t, prompt, output, hash_ids) in enumerate(self.specs.rows()):
             entry = t if delay is None else max(t + delay(prompt), prev)
             prev = self.next_arrival_s = entry
-            if entry > env.now:
-                yield env.timeout(entry - env.now)
+            now = env.now
+            if entry > now:
+                yield env.timeout(entry - now)
             req = Request(i, t, prompt, output, hash_ids)
             log_add(req)
             if keep is not None:

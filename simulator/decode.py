@@ -100,7 +100,9 @@ class DecodeSet:
 
         ``capacity`` is the number of tokens its KV allocation covers now.
         """
-        assert req._dset is None and req._num_computed == req.num_tokens - 1
+        # outside the set its own fields hold progress: num_tokens == prompt + _num_output
+        assert req._dset is None
+        assert req._num_computed == req.num_prompt_tokens + req._num_output - 1
         dbase = req._num_computed - self.clock
         req._dbase = dbase
         req._dset = self
@@ -109,7 +111,7 @@ class DecodeSet:
         heapq.heappush(self._longest, (-dbase, req.id, req))
         req._fin_clock = req.num_prompt_tokens + req.max_output_tokens - 1 - dbase
         heapq.heappush(self._fin, (req._fin_clock, req.id, req))
-        self.set_capacity(req, capacity)
+        self._file(req, capacity - dbase)  # set_capacity
         self.joined.append(req)
         if self.window is not None:
             heapq.heappush(self._sat_keys, (self.window - dbase, req.id, req))
@@ -244,7 +246,13 @@ class DecodeSet:
         if not members:
             return []
         if extend_group(members):
-            self._refile(bucket, bucket.key + unit)
+            key = bucket.key + unit
+            if key in grow_at:
+                self._refile(bucket, key)
+            else:  # `_refile` when no bucket is at ``key`` (the usual case), inline
+                bucket.key = key
+                heapq.heappush(keys, key)
+                grow_at[key] = bucket
             return []
         for req in members:
             req._gbucket = None

@@ -177,14 +177,15 @@ class Replica:
         env = self.env
         timeout = env.timeout  # SimPy builds a bound method at every `env.timeout` lookup
         pending_steps, chunk = self.steps.rows, self.steps.chunk
+        schedule = self.policy.schedule
         while True:
             if len(pending_steps) >= chunk:
                 self.steps.pack()
-            plan: StepPlan = self.policy.schedule(self, env.now)
+            start = env.now  # `schedule` plans; it never lets time pass
+            plan: StepPlan = schedule(self, start)
             if not plan.chunks and not plan.decode:  # plan.is_idle, without the call
                 yield from self._idle(plan)
                 continue
-            start = env.now
             if plan.chunks or not self.coalesce or not plan.decode or plan.extra_s:
                 feats = self._features(plan)
                 dt = self.executor.execute(plan, self, feats)
@@ -192,12 +193,14 @@ class Replica:
                 self._commit(plan, start, dt, feats)
                 continue
             self._plan_decode_run(start, plan.wake_at)
+            now = start
             while True:
                 try:
                     run = self._run
-                    yield timeout(run[-1][0] + run[-1][1] - env.now)
+                    yield timeout(run[-1][0] + run[-1][1] - now)
                     break
                 except simpy.Interrupt:
+                    now = env.now
                     continue  # the run was cut; wait for its new end
             self._commit_decodes(len(self._run))  # the rest has ended (up to float rounding)
             self._run = None
@@ -237,10 +240,11 @@ class Replica:
                 pt += n
                 pa += n * (c + (n + 1) / 2)
                 ps += 1
-        if plan.decode and len(self.decoding):
-            ds += len(self.decoding)
-            dctx += self.decoding.decode_ctx()
-            m = self.decoding.decode_max()
+        d = self.decoding
+        if plan.decode and d.members:
+            ds += len(d.members)
+            dctx += d.decode_ctx()
+            m = d.decode_max()
             if m > dmax:
                 dmax = m
         return (pt, pa, ps, ds, dctx, dmax)
@@ -278,14 +282,15 @@ class Replica:
         end = start + dt
         self.busy_s += dt
         d = self.decoding
-        kv_tokens = d.decode_ctx() - (0 if plan.decode else len(d)) if len(d) else 0
+        nd = len(d.members)
+        kv_tokens = d.decode_ctx() - (0 if plan.decode else nd) if nd else 0
         for req, n in plan.chunks:
             kv_tokens += req._num_computed + n
         self.steps.append(
             (start, dt, feats[0], feats[1], feats[2], feats[3], feats[4],
              self.kv.num_used_blocks, len(self.waiting), len(self.running), kv_tokens)
         )  # fmt: skip
-        if plan.decode and len(d):
+        if plan.decode and nd:
             self._advance_decode(end)
         for req, n in plan.chunks:  # chunks are outside the decode set: own fields hold progress
             req._num_computed += n
@@ -310,9 +315,10 @@ class Replica:
         fin, joined, gaps, counts = d._fin, d.joined, self.itl_gaps.append, self.itl_counts.append
         # queue and batch sizes change only where `_advance_decode` runs (a finish)
         n, nw, nr = len(members), len(waiting), len(running)
+        busy = self.busy_s
         for i in range(self._run_next, stop):
             start, dt, ctx, kv_tokens = run[i]
-            self.busy_s += dt
+            busy += dt
             log((start, dt, 0, 0.0, 0, n, ctx, kv.num_used_blocks, nw, nr, kv_tokens))
             end = start + dt
             clock = d.clock + 1
@@ -338,6 +344,7 @@ class Replica:
                 due = grouped(group, unit) if group is not None else None
                 if (due is None or due) and not grow_due(extend, due):
                     raise AssertionError("decode run outgrew its KV bound")  # the bound is exact
+        self.busy_s = busy
         self._run_next = stop
 
     def _advance_decode(self, end: float) -> None:
@@ -401,11 +408,11 @@ class Replica:
         never fail); _MAX_RUN steps. Growth for the first step was done by the policy.
         """
         d = self.decoding
-        n = len(d)
+        n = len(d.members)
         k = _MAX_RUN
         fin = d.next_finish_clock()
-        if fin is not None:
-            k = min(k, fin - d.clock)
+        if fin is not None and fin - d.clock < k:
+            k = fin - d.clock
         if n and k > 1 and self.kv.growth_bound(n, k - 1) > self.kv.num_free_blocks:
             free = self.kv.num_free_blocks
             lo, hi = 1, k  # largest j in [1, k] with growth over steps 2..j within free blocks
@@ -417,16 +424,17 @@ class Replica:
                     hi = mid - 1
             k = lo
         horizon = self.next_external_s()
-        if wake_at is not None:
-            horizon = min(horizon, wake_at)
+        if wake_at is not None and wake_at < horizon:
+            horizon = wake_at
         t = start
         run = []
         if self._reads is not None:
             self._plan_read_run(run, t, k, horizon)
         else:
-            ctx = d.decode_ctx()
+            ctx = n * (d.clock + 1) + d.sum_dbase  # d.decode_ctx()
+            append = run.append
             for dt in self._decode_run_times(n, ctx, d.decode_max(), k, t, horizon):
-                run.append((t, dt, ctx, ctx))
+                append((t, dt, ctx, ctx))
                 t += dt
                 ctx += n
         self._run = run

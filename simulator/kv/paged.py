@@ -27,7 +27,8 @@ class PagedAllocator(BlockPool):
         return need if need > 0 else 0
 
     def can_allocate(self, req: Request, num_tokens: int, reserve: int = 0) -> bool:
-        return self.blocks_needed(req, num_tokens) + reserve <= len(self._free)
+        need = -(-num_tokens // self.block_size) - len(req.block_table)  # blocks_needed
+        return (need if need > 0 else 0) + reserve <= len(self._free)
 
     def allocate(self, req: Request, num_tokens: int) -> bool:
         need = -(-num_tokens // self.block_size) - len(req.block_table)
