@@ -60,6 +60,9 @@ class Replica:
         self.kv = kv
         #: the allocator's all-at-once decode growth, if it has one (DecodeSet.grow_due_grouped)
         self._extend_group = getattr(kv, "extend_group", None)
+        #: ``(num_blocks, free list)`` when ``kv.num_used_blocks`` is their difference (paged)
+        parts = getattr(kv, "used_count_parts", None)
+        self._used_parts = parts() if parts is not None else None
         self.executor = executor
         self.coalesce = coalesce and executor.can_precompute and policy.coalescable
         #: a decode run's step times (`simulator.latency.base.decode_run_times`), computed once
@@ -138,7 +141,13 @@ class Replica:
 
     # -- what the outside world calls -----------------------------------------------------------
     def add_request(self, req: Request) -> None:
-        self.touch()  # wakes the loop if idle: it runs after this call, so it sees ``req``
+        # `touch()`: a planned decode run means a busy loop (nothing to wake); else wake the
+        # loop if idle: it runs after this call, so it sees ``req``
+        if self._run is not None:
+            self.sync()
+            self._cut_run()
+        else:
+            self.poke()
         req.status = Status.WAITING
         req.replica = self.index
         req.queued_s = self.env.now
@@ -286,9 +295,11 @@ class Replica:
         kv_tokens = d.decode_ctx() - (0 if plan.decode else nd) if nd else 0
         for req, n in plan.chunks:
             kv_tokens += req._num_computed + n
+        parts = self._used_parts
+        used = self.kv.num_used_blocks if parts is None else parts[0] - len(parts[1])
         self.steps.append(
             (start, dt, feats[0], feats[1], feats[2], feats[3], feats[4],
-             self.kv.num_used_blocks, len(self.waiting), len(self.running), kv_tokens)
+             used, len(self.waiting), len(self.running), kv_tokens)
         )  # fmt: skip
         if plan.decode and nd:
             self._advance_decode(end)
@@ -313,13 +324,15 @@ class Replica:
         grow_due, extend, advance = d.grow_due, kv.extend, self._advance_decode
         group, grouped, unit = self._extend_group, d.grow_due_grouped, kv.block_size
         fin, joined, gaps, counts = d._fin, d.joined, self.itl_gaps.append, self.itl_counts.append
+        nb, free = self._used_parts or (0, None)
         # queue and batch sizes change only where `_advance_decode` runs (a finish)
         n, nw, nr = len(members), len(waiting), len(running)
         busy = self.busy_s
         for i in range(self._run_next, stop):
             start, dt, ctx, kv_tokens = run[i]
             busy += dt
-            log((start, dt, 0, 0.0, 0, n, ctx, kv.num_used_blocks, nw, nr, kv_tokens))
+            used = kv.num_used_blocks if free is None else nb - len(free)
+            log((start, dt, 0, 0.0, 0, n, ctx, used, nw, nr, kv_tokens))
             end = start + dt
             clock = d.clock + 1
             if not n or (fin and fin[0][0] <= clock):

@@ -67,6 +67,15 @@ class PagedAllocator(BlockPool):
             req.block_table.append(pop())
         return True
 
+    def used_count_parts(self) -> tuple[int, list[int]] | None:
+        """``(num_blocks, free list)``, with ``num_used_blocks == num_blocks - len(free list)``
+        at all times (the list object is never replaced): for the replica's commit loops, which
+        log the count every step and save the property call. None where a subclass counts
+        used blocks otherwise (prefix caching's evictable blocks)."""
+        if type(self).num_used_blocks is not PagedAllocator.num_used_blocks:
+            return None
+        return self.num_blocks, self._free
+
     def capacity(self, req: Request) -> int:
         return len(req.block_table) * self.block_size
 
