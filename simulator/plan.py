@@ -27,13 +27,15 @@ advance progress themselves.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from simulator.request import Request
 
 
-@dataclass(frozen=True, slots=True)
-class StepPlan:
+class StepPlan(NamedTuple):
+    """Immutable (a named tuple: a policy builds one per prompt step, ~0.8 a request, and a
+    frozen dataclass's field-by-field ``object.__setattr__`` cost 3x the tuple's build)."""
+
     chunks: tuple[tuple[Request, int], ...] = ()
     decode: bool = False
     wake_at: float | None = None
