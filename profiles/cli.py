@@ -90,7 +90,10 @@ def _report(argv: list[str]) -> int:
         meta = load_yaml_file(Path(a.dir) / "meta.yaml", "table meta.yaml")
         m = EngineStepModel(a.dir, meta["model"]["name"], int(meta["tp"]))
         dip = m.describe()["clock_dip"]  # what the held-out decode steps were charged with
-        print(json.dumps({"table": m.name, "heldout": m.heldout(), "clock_dip": dip}, indent=1))
+        out = {"table": m.name, "heldout": m.heldout(), "clock_dip": dip}
+        if meta.get("shard"):  # judged on its own steps: the layout's collectives not in them
+            out["shard"] = {**meta["shard"], "heldout": "the shard's own steps, no collectives"}
+        print(json.dumps(out, indent=1))
         return 0
     m = load_for_report(a.dir)
     print(format_report(m))

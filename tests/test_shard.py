@@ -230,3 +230,12 @@ def test_shard_tables_do_not_change_other_configs():
     before = copy.deepcopy(hf_config(spec))
     hf_config(spec, shard_tp=2)
     assert hf_config(spec) == before
+
+
+def test_profile_report_says_a_shard_table_is_judged_on_its_own_steps(capsys):
+    from profiles.cli import _report
+
+    assert _report([str(REPO / "profiles" / "h200" / "vllm-0.24" / "gpt-oss-120b_tp2")]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["shard"]["tp"] == 2 and "no collectives" in out["shard"]["heldout"]
+    assert out["heldout"]["all"]["steps"] > 0
