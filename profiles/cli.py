@@ -93,6 +93,9 @@ def _report(argv: list[str]) -> int:
         out = {"table": m.name, "heldout": m.heldout(), "clock_dip": dip}
         if meta.get("shard"):  # judged on its own steps: the layout's collectives not in them
             out["shard"] = {**meta["shard"], "heldout": "the shard's own steps, no collectives"}
+        routing = _routing_check(m, meta)
+        if routing is not None:
+            out["routing_check"] = routing
         print(json.dumps(out, indent=1))
         return 0
     m = load_for_report(a.dir)
@@ -228,6 +231,24 @@ def _key(r: dict, keys) -> tuple:
 
 
 # ---- profiling (torch imported lazily) -----------------------------------------------------
+
+
+def _routing_check(m, meta: dict) -> dict | None:
+    """For a mixture-of-experts engine table: its decode steps against the uniform-routing
+    bound (`simulator.latency.routing_check`), on the GPU and precision it measured."""
+    from simulator.hardware import load_gpu
+    from simulator.latency.roofline import RooflineLatencyModel
+    from simulator.latency.routing_check import routing_check
+
+    spec = _resolve_model(meta["model"]["name"])
+    if spec.moe is None:
+        return None
+    prec = meta.get("precision") or {}
+    spec = dataclasses.replace(spec, **{k: prec[k] for k in ("weights", "kv_cache_dtype")
+                                        if k in prec})  # fmt: skip
+    gpu = load_gpu(meta["gpu"]["key"], "meta.yaml", "gpu.key")
+    tp = int(meta["tp"])
+    return routing_check(m.rows, RooflineLatencyModel(spec, gpu, tp, 0.0, moe_routing_skew=0.0))
 
 
 def _resolve_model(name: str):

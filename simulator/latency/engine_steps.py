@@ -151,6 +151,9 @@ class EngineStepModel:
         self.tokens_measured = max(r["prefill_tokens"] + r["decode_seqs"] for r in self.rows)
         self.warnings: list[str] = []
         self._warned: set[str] = set()
+        #: for a mixture of experts, its decode steps against the uniform-routing bound
+        #: (`simulator.latency.routing_check`; set by `select`), else None
+        self.routing: dict | None = None
         #: the largest decode-only batch on the decode curve (`_on_decode_curve`)
         self.decode_top = self._decode_top()
         fe = self.meta.get("frontend") or {}
@@ -528,6 +531,7 @@ class EngineStepModel:
             },
             "frontend": self.meta.get("frontend") or "not measured",
             "clock_dip": self.clock_dip.describe() if self.clock_dip else "none fitted",
+            **({"routing_check": self.routing} if self.routing is not None else {}),
             "warnings": list(self.warnings),
         }
 

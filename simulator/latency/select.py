@@ -179,12 +179,28 @@ def build_latency(
         from simulator.latency.shard import ShardStepModel
 
         coll = StepCollectives(ShardedModel(model, tp), default_tp_link(gpu), collectives())
-        return ShardStepModel(table_dir, model.name, tp, coll)
+        return _checked_routing(ShardStepModel(table_dir, model.name, tp, coll), model, gpu, tp)
     if is_engine_table(table_dir):
-        return EngineStepModel(table_dir, model.name, tp)
+        return _checked_routing(EngineStepModel(table_dir, model.name, tp), model, gpu, tp)
     from simulator.latency.profiled import ProfileLatencyModel
 
     return ProfileLatencyModel(table_dir, model, tp)
+
+
+def _checked_routing(lat, model: ModelSpec, gpu: GPUSpec, tp: int):
+    """``lat`` (an engine table's model) with, for a mixture of experts, the check of its
+    decode steps against the uniform-routing bound (`simulator.latency.routing_check`) in
+    ``lat.routing`` and, when the table's routing was concentrated, a warning every run
+    carries. Step times are unchanged."""
+    if model.moe is None:
+        return lat
+    from simulator.latency.routing_check import routing_check, routing_warning
+
+    bound = RooflineLatencyModel(model, gpu, tp, 0.0, moe_routing_skew=0.0)
+    lat.routing = routing_check(lat.rows, bound)
+    if lat.routing["concentrated"]:
+        lat.warnings.append(routing_warning(lat.name, lat.routing))
+    return lat
 
 
 def _is_shard(table_dir: Path) -> bool:
