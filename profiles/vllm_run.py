@@ -22,9 +22,10 @@ capacity), ``steps.jsonl.<pid>``, ``<phase>.json.gz`` (requests + phase window +
 A job's ``precision`` (``{"weights": bf16|fp8|int4, "kv_cache_dtype": bf16|fp8}``, default
 bf16) becomes engine arguments (`profiles.hf_config.engine_precision`); the model folder's
 ``config.json`` must have been written for the same weights (an int4 checkpoint config). A job
-with ``shard_tp: K`` runs at TP1 a ``config.json`` of one GPU's shard of a K-way TP layout
-(`profiles.hf_config.shard_config`); the table built from it adds the layout's collectives
-(`simulator.latency.shard`).
+with ``"routing": "token_dependent"`` re-draws its MoE routers after the dummy load
+(`profiles.dummy_routing`; not yet run on a GPU). A job with ``shard_tp: K`` runs at TP1 a
+``config.json`` of one GPU's shard of a K-way TP layout (`profiles.hf_config.shard_config`);
+the table built from it adds the layout's collectives (`simulator.latency.shard`).
 
 Nothing here fits or judges anything: it only records. Requests use random token ids, exact
 output lengths (``min_tokens = max_tokens``, ``ignore_eos``) and no detokenization.
@@ -101,14 +102,14 @@ def serve_env(tp: int) -> dict[str, str]:
     return env
 
 
-def start_engine(model_dir: str, tp: int, overrides: dict):
+def start_engine(model_dir: str, tp: int, overrides: dict, load_format: str = "dummy"):
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.usage.usage_lib import UsageContext
     from vllm.v1.engine.async_llm import AsyncLLM
 
     args = AsyncEngineArgs(
         model=model_dir,
-        load_format="dummy",
+        load_format=load_format,
         skip_tokenizer_init=True,
         tensor_parallel_size=tp,
         **overrides,
@@ -316,9 +317,13 @@ async def main_async(job: dict, out: Path) -> None:
     model_cfg = json.loads((Path(job["model_dir"]) / "config.json").read_text())
     if _quant_method(cfg_adds) != _quant_method(model_cfg):  # block-wise FP8 is still fp8
         raise SystemExit(f"{job['model_dir']}/config.json was not written for {prec['weights']}")
-    engine = start_engine(job["model_dir"], job.get("tp", 1), {**args, **job.get("engine", {})})
+    load_format = _load_format(job, model_cfg)
+    engine = start_engine(
+        job["model_dir"], job.get("tp", 1), {**args, **job.get("engine", {})}, load_format
+    )
     facts = engine_facts(engine)
     facts["job"], facts["precision"] = job, prec
+    facts["routing"] = job.get("routing", "dummy")
     facts["env"] = env
     (out / "engine.json").write_text(json.dumps(facts, indent=1))
     print(json.dumps(facts), flush=True)
@@ -360,6 +365,19 @@ async def main_async(job: dict, out: Path) -> None:
     finally:
         energy.stop()
         engine.shutdown()
+
+
+def _load_format(job: dict, model_cfg: dict) -> str:
+    """vLLM's dummy load, or with ``"routing": "token_dependent"`` the dummy load with its MoE
+    routers re-drawn (`profiles.dummy_routing`; registered here, before the engine forks)."""
+    routing = job.get("routing", "dummy")
+    if routing == "dummy":
+        return "dummy"
+    if routing != "token_dependent":
+        raise SystemExit(f"job routing: expected dummy or token_dependent, got {routing!r}")
+    from profiles import dummy_routing
+
+    return dummy_routing.register(dummy_routing.num_experts_of(model_cfg))
 
 
 def _quant_method(cfg: dict) -> str | None:

@@ -4,7 +4,7 @@ Why: engine tables are recorded on dummy weights (``load_format=dummy``: every w
 +-1e-3). A router on such weights need not spread a batch's tokens over the experts as a
 trained one does: where it adds a bias (gpt-oss's router bias, DeepSeek-V3's score correction)
 the bias outweighs the tiny token-dependent logits and every token picks the same experts; and
-greedy decoding on dummy logits feeds many sequences the same token. A decode step then reads
+in bf16 such small logits tie often, which top-k breaks by expert index. A decode step then reads
 the weights of a few experts instead of those of the ``expected_experts_touched`` that uniform
 routing gives, and runs faster than real-weight serving would.
 
