@@ -70,7 +70,7 @@ from bisect import bisect_left
 
 from simulator.errors import ConfigError
 from simulator.latency import op_grids
-from simulator.latency.base import decode_run_times, run_times
+from simulator.latency.base import decode_run_times
 from simulator.latency.calibrate import STEP_STAT, WALL_PREFIX, calibrate, row_parts
 from simulator.latency.heldout import heldout_report
 from simulator.latency.interp import locate
@@ -416,107 +416,136 @@ class ProfileLatencyModel:
         return hit
 
     def _decode_step(self, n: int):
-        """``time_of(ctx, longest)``: the time of a decode-only step of ``n`` sequences holding
-        ``ctx`` keys, the longest ``longest``, with what depends only on ``n`` bound once (the
-        fixed part, `_run_attention`'s function); None when the padded batch is off the
-        table's batch grid without measured rows (then runs go step by step). The mean
-        context's grid segment is kept between calls: while the mean stays in it, `locate`
-        would return the same index, and the weight is its expression. Built after
-        calibration (`fit` drops them), so ``base`` and ``gamma`` are bound too."""
+        """``run(ctx, longest, k, start, until)``: the step times of a decode-only run of ``n``
+        sequences (`simulator.latency.base.run_times`'s contract: step i holds ``ctx + i n``
+        keys, the longest ``longest + i``; at most ``max(k, 1)`` steps, ending with the first
+        whose end, ``start`` plus the times added in order, is at or after ``until``), with
+        what depends only on ``n`` bound once (`_decode_fixed`, `_attention_parts`); None
+        when the padded batch is off the table's batch grid without measured rows (then runs
+        go step by step). Built after calibration (`fit` drops them), so ``base`` and
+        ``gamma`` are bound too.
+
+        One closure with the step's whole computation inline (the run loop, the mean context's
+        grid segment, `ops_time`'s decode attention, `_spread_weight`) because it runs once per
+        simulated decode step: a Python call there costs more than the arithmetic. Invariant:
+        every float is `ops_time`'s and `step_time`'s expression in the same order, so the
+        times equal one `step_time` call a step (tests/test_decode_run_times.py), and the grid
+        check runs at the same steps, so the same warnings. The mean context's grid segment
+        (`_segment`: its bounds, each column's value and rise over it) is kept between runs:
+        while the mean stays in it, `locate` would return the same index, and the weight is
+        its expression; on leaving it, `locate` places the mean (clamped below the grid)."""
         fixed, t, col = self._decode_fixed(n, True)
-        attention = self._run_attention(n, t, col)
-        if attention is None:
+        parts = self._attention_parts(n, t, col)
+        if parts is None:
             return None
+        lk, l0, l1, le, ek, e0, e1, ee, rm1, cl, ce, estimate = parts
         base, gamma, layers = self.base, self.gamma, self.layers
         ms, kmax_all, wide = self._dec_m, self._dec_kmax_all, n > self._dec_b[-1]
-        check, last = self._check_decode_grid, len(ms) - 2
-        j, lo, hi, span = 0, 0.0, 0.0, 0.0
+        check = self._check_decode_grid
+        here = [_segment(ms, 0, (l0, l1, e0, e1, cl, ce))]  # the mean context's segment
 
-        def time_of(ctx: int, longest: int) -> float:
-            nonlocal j, lo, hi, span
-            if wide or ctx > kmax_all:
-                check(n, ctx)
-            x = ctx / n
-            if lo <= x < hi:
-                wm = (x - lo) / span
-            else:
-                j, wm, _ = locate(ms, x)
-                lo, span = ms[j], ms[j + 1] - ms[j]
-                hi = ms[j + 1] if j < last else math.inf
-            return base + gamma * (fixed + layers * attention(ctx, longest, j, wm))
+        def run(ctx: int, longest: int, k: int, start: float, until: float) -> list[float]:
+            j, lo, hi, span, a, da, b, db, e, de, g, dg, p, dp, q, dq = here[0]
+            out = []
+            end = start
+            for _ in range(k if k > 1 else 1):
+                if wide or ctx > kmax_all:
+                    check(n, ctx)
+                x = ctx / n
+                if lo <= x < hi:
+                    wm = (x - lo) / span
+                else:
+                    j, wm, _ = locate(ms, x)
+                    here[0] = _segment(ms, j, (l0, l1, e0, e1, cl, ce))
+                    j, lo, hi, span, a, da, b, db, e, de, g, dg, p, dp, q, dq = here[0]
+                att = a + da * wm  # value_at, lognormal spread
+                if lk:
+                    h = b + db * wm
+                    if lk == 1:
+                        att = h * le
+                    elif att > 0.0:
+                        att = att * (h / att) ** le
+                f, spread = -1.0, 1.0
+                if longest > 0 and ek >= 0 and att > 0.0:
+                    ev = e + de * wm  # value_at, equal contexts
+                    if ek:
+                        h = g + dg * wm
+                        if ek == 1:
+                            ev = h * ee
+                        elif ev > 0.0:
+                            ev = ev * (h / ev) ** ee
+                    adj = att
+                    if ev < att:  # _with_spread, _spread_weight inline
+                        f = (longest * n / ctx - 1.0) / rm1
+                        if f < 0.0:
+                            f = 0.0
+                        elif f > SPREAD_EXTRAP:
+                            f = SPREAD_EXTRAP
+                        adj = ev + (att - ev) * f
+                    spread = adj / att
+                    att = adj
+                if cl is not None:  # _padded_measured
+                    pv = p + dp * wm
+                    if longest > 0 and ce is not None and pv > 0.0:
+                        pe = q + dq * wm
+                        if pe < pv:
+                            if f < 0.0:
+                                f = (longest * n / ctx - 1.0) / rm1
+                                if f < 0.0:
+                                    f = 0.0
+                                elif f > SPREAD_EXTRAP:
+                                    f = SPREAD_EXTRAP
+                            pv = pe + (pv - pe) * f
+                    if pv > att:
+                        att = pv
+                elif estimate is not None:
+                    pv = spread * estimate(n, ctx, t, col, j, wm)
+                    if pv > att:
+                        att = pv
+                dt = base + gamma * (fixed + layers * att)
+                out.append(dt)
+                end += dt
+                ctx += n
+                longest += 1
+                if end >= until:
+                    break
+            return out
 
-        return time_of
+        return run
 
-    def _run_attention(self, n: int, t: int, col):
-        """``attention(ctx, longest, j, wm)``: one layer's decode attention of a decode-only
-        step of ``n`` sequences (graph batch ``t``, the table's column there ``col``) holding
-        ``ctx`` keys, the longest ``longest``, the mean context located on the grid at (j, wm):
-        `ops_time`'s decode path with everything that depends only on ``n`` bound once. The
-        same expressions in the same order (`DecodeGrid.time_at` and `value_at` per spread,
-        `_with_spread`, `_padded_measured`, `_padded_estimate`), so the same floats; the spread
-        weight is computed once a step for both spreads (same inputs, same float)."""
+    def _attention_parts(self, n: int, t: int, col) -> tuple | None:
+        """What one layer's decode attention of a decode-only step of ``n`` sequences (graph
+        batch ``t``, the table's column there ``col``) needs that depends only on ``n``:
+        (lk, l0, l1, le) and (ek, e0, e1, ee) the lognormal and equal-context columns'
+        `DecodeGrid.coeffs` (a column not used is None; ek = -1: no equal-context rows or
+        n < 2), ``r - 1`` for the spread weight (r the lognormal rows' longest over mean,
+        `_spread_ratio`), the measured padded columns (lognormal, equal or None; None, None
+        without them) and the `_padded_estimate` method when the padded call is estimated
+        (else None); None when neither a measured padded column nor the padded batch's table
+        column exists."""
         cols = self._pad_cols.get(n) if t != n else None
         if t != n and cols is None and col is None:
             return None
         lk, l0, l1, le = self._dec_grid.memo_coeffs(n)
         even = self._dec_even
-        ek, e0, e1, ee = even.memo_coeffs(n) if even is not None and n > 1 else (-1, 0, 0, 0)
-        r = self._spread_ratio(n)
+        ek, e0, e1, ee = even.memo_coeffs(n) if even is not None and n > 1 else (-1, None, None, 0)
+        rm1 = self._spread_ratio(n) - 1.0
         cl, ce = cols if cols is not None else (None, None)
         estimate = self._padded_estimate if t != n and cols is None else None
-
-        def attention(ctx: int, longest: int, j: int, wm: float) -> float:
-            att = l0[j] + (l0[j + 1] - l0[j]) * wm  # value_at, lognormal spread
-            if lk:
-                hi = l1[j] + (l1[j + 1] - l1[j]) * wm
-                if lk == 1:
-                    att = hi * le
-                elif att > 0.0:
-                    att = att * (hi / att) ** le
-            f, spread = -1.0, 1.0
-            if longest > 0 and ek >= 0 and att > 0.0:
-                ev = e0[j] + (e0[j + 1] - e0[j]) * wm  # value_at, equal contexts
-                if ek:
-                    hi = e1[j] + (e1[j + 1] - e1[j]) * wm
-                    if ek == 1:
-                        ev = hi * ee
-                    elif ev > 0.0:
-                        ev = ev * (hi / ev) ** ee
-                adj = att
-                if ev < att:  # _with_spread
-                    f = _spread_weight(n, ctx, longest, r)
-                    adj = ev + (att - ev) * f
-                spread = adj / att
-                att = adj
-            if cl is not None:  # _padded_measured
-                p = cl[j] + (cl[j + 1] - cl[j]) * wm
-                if longest > 0 and ce is not None and p > 0.0:
-                    pe = ce[j] + (ce[j + 1] - ce[j]) * wm
-                    if pe < p:
-                        if f < 0.0:
-                            f = _spread_weight(n, ctx, longest, r)
-                        p = pe + (p - pe) * f
-                return p if p > att else att
-            if estimate is not None:
-                p = spread * estimate(n, ctx, t, col, j, wm)
-                return p if p > att else att
-            return att
-
-        return attention
+        return lk, l0, l1, le, ek, e0, e1, ee, rm1, cl, ce, estimate
 
     def decode_run_times(
         self, n: int, ctx: int, longest: int, k: int, start: float, until: float
     ) -> list[float]:
         """The step times of a decode-only run (`simulator.latency.base.decode_run_times`
         says which steps): exactly `step_time`'s floats and warnings, step by step, through
-        the batch's `_decode_step` function (memoized per ``n``)."""
-        steps = self._decode_steps
-        time_of = steps.get(n, False)
-        if time_of is False:
-            time_of = steps[n] = self._decode_step(n) if n > 0 else None
-        if time_of is None:
+        the batch's `_decode_step` run function (memoized per ``n``)."""
+        run = self._decode_steps.get(n, False)
+        if run is False:
+            run = self._decode_steps[n] = self._decode_step(n) if n > 0 else None
+        if run is None:
             return decode_run_times(self.step_time, n, ctx, longest, k, start, until)
-        return run_times(time_of, n, ctx, longest, k, start, until)
+        return run(ctx, longest, k, start, until)
 
     # ---- the public interface --------------------------------------------------------------
 
@@ -620,6 +649,22 @@ class ProfileLatencyModel:
             "heldout": self.heldout,
             "warnings": list(self.warnings),
         }
+
+
+def _segment(ms: list[float], j: int, cols: tuple) -> tuple:
+    """Mean-context grid segment j of a decode run's columns: (j, its start, its end or inf
+    for the last segment, whose values are extrapolated, its width) then, per column of
+    ``cols`` (a column or None), its value at the start and its rise over the segment (0.0,
+    0.0 for None). Invariant: ``v + d * wm`` is the expression ``c[j] + (c[j + 1] - c[j]) *
+    wm``, term for term, so the same float."""
+    hi = ms[j + 1] if j < len(ms) - 2 else math.inf
+    out = [j, ms[j], hi, ms[j + 1] - ms[j]]
+    for c in cols:
+        if c is None:
+            out += (0.0, 0.0)
+        else:
+            out += (c[j], c[j + 1] - c[j])
+    return tuple(out)
 
 
 def _spread_weight(b: float, k: float, kmax: float, r: float) -> float:
