@@ -359,6 +359,8 @@ class EngineStepModel:
             )
         self.c_dec, n_dec = self._fit_regime(dec, self._row_decode_x, 0)
         self._graph_w = {p: self._curve_w(p) for p in self.capture_sizes}
+        #: `_graph_w_of` per decode batch, read by `step_time` (cleared with each fit)
+        self._decode_w: dict[int, float] = {}
         self.c_mix, n_mix = self._fit_regime(mix, self._row_mixed_x, len(TOKEN_KNOTS))
         k = len(self.decode_knots)
         self._c_ctx, self._c_max, self._c_idle = (float(c) for c in self.c_dec[k : k + 3])
@@ -438,8 +440,13 @@ class EngineStepModel:
         decode_ctx: int,
         decode_max: int = 0,
     ) -> float:
-        if self._on_decode_curve(prefill_tokens, decode_seqs):
-            return self._graph_decode_s(decode_seqs, decode_ctx, decode_max)
+        if prefill_tokens == 0 and 0 < decode_seqs <= self.decode_top:  # `_on_decode_curve`
+            # `_graph_decode_s` inline (a decode step is most steps): the same expression
+            w = self._decode_w.get(decode_seqs)
+            if w is None:
+                w = self._decode_w[decode_seqs] = self._graph_w_of(decode_seqs)
+            mx = decode_max or decode_ctx / decode_seqs
+            return w + self._c_ctx * decode_ctx + self._c_max * mx
         if prefill_tokens + decode_seqs > self.tokens_measured or (
             not prefill_tokens and decode_seqs > self.decode_seqs_measured
         ):
@@ -451,11 +458,16 @@ class EngineStepModel:
         """A graph-replayed decode step of ``b`` sequences on a busy engine: the measured
         graph size's value (`_graph_w`) plus its KV read and longest-context terms."""
         mx = mx or ctx / b  # as `_decode_x`
+        return self._graph_w_of(b) + self._c_ctx * ctx + self._c_max * mx
+
+    def _graph_w_of(self, b: int) -> float:
+        """`_graph_w` at the graph size a decode batch of ``b`` runs at (`padded`), computed
+        and kept there for an eager size (tables with the `wide` family)."""
         p = self.padded(b)
         w = self._graph_w.get(p)
-        if w is None:  # an eager batch size (tables with the `wide` family)
+        if w is None:
             w = self._graph_w[p] = self._curve_w(p)
-        return w + self._c_ctx * ctx + self._c_max * mx
+        return w
 
     def _curve_w(self, p: int) -> float:
         """The decode curve's base value at batch size ``p`` (its knots' coefficients)."""
