@@ -1,6 +1,6 @@
 """Token-dependent routers on dummy weights (`profiles.dummy_routing`): the re-draw on modules
-named as vLLM names them (needs torch: skipped where it is not installed, as in CI), and the
-expert counts read from the catalog's configs."""
+named as vLLM names them (needs torch: CI installs its CPU build; skipped where it is absent),
+and the expert counts read from the catalog's configs."""
 
 from __future__ import annotations
 
