@@ -355,8 +355,12 @@ async def main_async(job: dict, out: Path) -> None:
             else:
                 info = await run_replay(client, phase)
             info.update(name=phase["name"], t0=t0, t1=time.monotonic(), requests=client.records)
-            with gzip.open(out / f"{phase['name']}.json.gz", "wt") as f:
+            # written aside, then renamed: a job timeout during the write (seen twice, on
+            # three-pass runs of 27k requests) leaves no truncated file for RESUME to trip on
+            dest = out / f"{phase['name']}.json.gz"
+            with gzip.open(dest.with_suffix(".tmp"), "wt") as f:
                 json.dump(info, f)
+            os.replace(dest.with_suffix(".tmp"), dest)
             print(
                 f"phase {phase['name']}: {info['t1'] - t0:.1f} s, {len(client.records)} requests",
                 flush=True,
