@@ -58,6 +58,24 @@ def write_arrivals(cfg: dict, where: str, out: Path) -> dict:
     return fp
 
 
+def engine_job(spec, model_dir: str, tp: int, shard: bool = False) -> dict:
+    """What an engine job serves (`profiles.vllm_run`): the model folder (its config.json
+    written for ``spec``, of one GPU's shard when ``shard``), TP, precision; with ``shard``,
+    one GPU of the ``tp`` layout run at TP1 (``shard_tp``); for a mixture of experts, routers
+    re-drawn after the dummy load so that a batch spreads over the experts as uniform routing
+    does (``routing: token_dependent``, `profiles.dummy_routing`; the shipped MoE tables predate
+    it, four of them are flagged by `simulator.latency.routing_check`; not yet run on a GPU).
+    One builder for `servesim profile` / `validate` and `run_all.py`, so that a table and the
+    replay it is judged on are recorded the same way."""
+    precision = {"weights": spec.weights, "kv_cache_dtype": spec.kv_cache_dtype}
+    job = {"model_dir": model_dir, "tp": 1 if shard else tp, "precision": precision}
+    if shard:
+        job["shard_tp"] = tp
+    if spec.moe is not None:
+        job["routing"] = "token_dependent"
+    return job
+
+
 def job_precision(job: dict) -> dict:
     """The precision an engine job serves (``precision`` of the job; bf16 when it names none)."""
     p = job.get("precision") or {}

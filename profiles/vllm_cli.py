@@ -84,11 +84,7 @@ def _run_engine_job(spec, tp: int, raw: Path, phases: list[dict], shard: bool = 
     from profiles import vllm_run
 
     mdir = write_model_dir(spec, raw / "model", tp if shard else None)
-    precision = {"weights": spec.weights, "kv_cache_dtype": spec.kv_cache_dtype}
-    job = {"model_dir": str(mdir), "tp": 1 if shard else tp, "precision": precision}
-    if shard:
-        job["shard_tp"] = tp
-    job["phases"] = phases
+    job = {**engine_jobs.engine_job(spec, str(mdir), tp, shard), "phases": phases}
     (raw / "job.json").write_text(json.dumps(job))
     asyncio.run(vllm_run.main_async(job, raw))
 

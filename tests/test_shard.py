@@ -239,3 +239,14 @@ def test_profile_report_says_a_shard_table_is_judged_on_its_own_steps(capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["shard"]["tp"] == 2 and "no collectives" in out["shard"]["heldout"]
     assert out["heldout"]["all"]["steps"] > 0
+
+
+def test_one_job_builder_for_the_cli_and_run_all():
+    from profiles.engine_jobs import engine_job
+
+    dense = engine_job(_model("llama-3-70b"), "m", 2)
+    assert dense == {"model_dir": "m", "tp": 2,
+                     "precision": {"weights": "bf16", "kv_cache_dtype": "bf16"}}  # fmt: skip
+    ds = engine_job(_model({"base": "deepseek-v3", "weights": "fp8"}), "m", 8, shard=True)
+    assert (ds["tp"], ds["shard_tp"], ds["routing"]) == (1, 8, "token_dependent")
+    assert ds["precision"]["weights"] == "fp8"

@@ -152,16 +152,7 @@ def _engine_job(out: Path, model: str, tp: int, shard: bool = False) -> dict:
     spec = load_model(yaml.safe_load(SERVED[model]), "run_all.SERVED", model)
     folder = out / "models" / (f"{model}_tp{tp}-shard" if shard else model)
     mdir = write_model_dir(spec, folder, tp if shard else None).relative_to(ROOT)
-    precision = {"weights": spec.weights, "kv_cache_dtype": spec.kv_cache_dtype}
-    job = {"model_dir": str(mdir), "tp": tp, "precision": precision}
-    if shard:
-        job.update(tp=1, shard_tp=tp)
-    if spec.moe is not None:
-        # routers re-drawn after the dummy load so that a batch spreads over the experts as
-        # uniform routing (`profiles.dummy_routing`; the shipped MoE tables predate it, and four
-        # of them are flagged by `simulator.latency.routing_check`). Not yet run on a GPU
-        job["routing"] = "token_dependent"
-    return job
+    return engine_jobs.engine_job(spec, str(mdir), tp, shard)
 
 
 def _profile_job(out: Path, name: str, job: dict) -> None:
