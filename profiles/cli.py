@@ -237,8 +237,7 @@ def _routing_check(m, meta: dict) -> dict | None:
     """For a mixture-of-experts engine table: its decode steps against the uniform-routing
     bound (`simulator.latency.routing_check`), on the GPU and precision it measured."""
     from simulator.hardware import load_gpu
-    from simulator.latency.roofline import RooflineLatencyModel
-    from simulator.latency.routing_check import routing_check
+    from simulator.latency.routing_check import routing_check, uniform_routing_bound
 
     spec = _resolve_model(meta["model"]["name"])
     if spec.moe is None:
@@ -248,7 +247,7 @@ def _routing_check(m, meta: dict) -> dict | None:
                                         if k in prec})  # fmt: skip
     gpu = load_gpu(meta["gpu"]["key"], "meta.yaml", "gpu.key")
     tp = int(meta["tp"])
-    return routing_check(m.rows, RooflineLatencyModel(spec, gpu, tp, 0.0, moe_routing_skew=0.0))
+    return routing_check(m.rows, uniform_routing_bound(spec, gpu, tp))
 
 
 def _resolve_model(name: str):

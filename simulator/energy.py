@@ -112,9 +112,8 @@ class MeasuredStepEnergy:
         """Idle and busy joules of a run: idle over ``replica_s`` (wall time x replicas), busy
         from its step totals (`step_totals`)."""
         busy = float(np.dot(self.coef, [totals[k] for k in BUSY_TERMS]))
-        if self.copies != 1:
-            return {"idle": self.copies * self.idle_w * replica_s, "busy": self.copies * busy}
-        return {"idle": self.idle_w * replica_s, "busy": busy}
+        # x 1 for a whole engine's table: the same floats (multiplying by 1 is exact)
+        return {"idle": self.copies * (self.idle_w * replica_s), "busy": self.copies * busy}
 
     def heldout(self) -> dict:
         """|relative error| of joules on the held-out scenarios (window_s >= MIN_WINDOW_S)."""

@@ -10,8 +10,12 @@ import yaml
 
 from simulator.hardware import load_gpu
 from simulator.latency.engine_steps import EngineStepModel
-from simulator.latency.roofline import RooflineLatencyModel
-from simulator.latency.routing_check import BOUND_TERMS, MIN_BATCH, routing_check
+from simulator.latency.routing_check import (
+    BOUND_TERMS,
+    MIN_BATCH,
+    routing_check,
+    uniform_routing_bound,
+)
 from simulator.models import load_model
 from simulator.runner import build, simulate
 from tests.test_engine_steps import _table, _truth
@@ -19,7 +23,7 @@ from tests.test_engine_steps import _table, _truth
 REPO = Path(__file__).resolve().parents[1]
 H200 = load_gpu("h200", "t", "gpu")
 QWEN3 = load_model("qwen3-30b-a3b", "t", "model")
-BOUND = RooflineLatencyModel(QWEN3, H200, 1, 0.0, moe_routing_skew=0.0)
+BOUND = uniform_routing_bound(QWEN3, H200, 1)
 
 
 def _bound(r) -> float:
@@ -93,5 +97,5 @@ def test_shipped_tables_gpt_oss_routing_concentrated_qwen3_and_mixtral_not(
 ):
     spec = load_model(model, "t", "model")
     m = EngineStepModel(REPO / "profiles" / folder, spec.name, 1)
-    bound = RooflineLatencyModel(spec, load_gpu(gpu, "t", "gpu"), 1, 0.0, moe_routing_skew=0.0)
+    bound = uniform_routing_bound(spec, load_gpu(gpu, "t", "gpu"), 1)
     assert routing_check(m.rows, bound)["concentrated"] is flagged

@@ -33,6 +33,14 @@ MAX_STEPS = 600
 BOUND_TERMS = ("gemm", "attention", "elementwise", "lm_head")
 
 
+def uniform_routing_bound(model, gpu, tp: int):
+    """The roofline whose work terms bound a step under uniform routing (no fixed overhead,
+    no router skew) for ``model`` on ``gpu`` at ``tp``: what `routing_check` compares with."""
+    from simulator.latency.roofline import RooflineLatencyModel
+
+    return RooflineLatencyModel(model, gpu, tp, 0.0, moe_routing_skew=0.0)
+
+
 def routing_check(rows: list[dict], roofline) -> dict:
     """Compare the recorded decode-only steps (``rows`` of an engine table, with ``target``
     seconds) of ``MIN_BATCH`` sequences or more with ``roofline``'s uniform-routing lower bound
@@ -81,4 +89,5 @@ def routing_warning(name: str, check: dict) -> str:
     )
 
 
-__all__ = ["routing_check", "routing_warning", "MIN_BATCH", "FLAG_SHARE"]
+__all__ = ["routing_check", "routing_warning", "uniform_routing_bound", "MIN_BATCH",
+           "FLAG_SHARE"]  # fmt: skip

@@ -170,7 +170,8 @@ def build_latency(
                         "roofline)")  # fmt: skip
     from simulator.latency.engine_steps import EngineStepModel, is_engine_table
 
-    shard = is_engine_table(table_dir) and _is_shard(table_dir)
+    engine_table = is_engine_table(table_dir)
+    shard = engine_table and _is_shard(table_dir)
     if coll_spec not in ("auto", "estimate") and not shard:
         raise sec.error("collectives", f"only the roofline model and shard tables read "
                         f"collectives; the table {_label(table_dir)} timed whole steps of "
@@ -180,7 +181,7 @@ def build_latency(
 
         coll = StepCollectives(ShardedModel(model, tp), default_tp_link(gpu), collectives())
         return _checked_routing(ShardStepModel(table_dir, model.name, tp, coll), model, gpu, tp)
-    if is_engine_table(table_dir):
+    if engine_table:
         return _checked_routing(EngineStepModel(table_dir, model.name, tp), model, gpu, tp)
     from simulator.latency.profiled import ProfileLatencyModel
 
@@ -194,10 +195,13 @@ def _checked_routing(lat, model: ModelSpec, gpu: GPUSpec, tp: int):
     carries. Step times are unchanged."""
     if model.moe is None:
         return lat
-    from simulator.latency.routing_check import routing_check, routing_warning
+    from simulator.latency.routing_check import (
+        routing_check,
+        routing_warning,
+        uniform_routing_bound,
+    )
 
-    bound = RooflineLatencyModel(model, gpu, tp, 0.0, moe_routing_skew=0.0)
-    lat.routing = routing_check(lat.rows, bound)
+    lat.routing = routing_check(lat.rows, uniform_routing_bound(model, gpu, tp))
     if lat.routing["concentrated"]:
         lat.warnings.append(routing_warning(lat.name, lat.routing))
     return lat
