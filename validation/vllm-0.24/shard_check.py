@@ -20,6 +20,7 @@ import sys
 import warnings
 from pathlib import Path
 from statistics import median
+from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -63,28 +64,23 @@ def check(shard_dir: Path, real_dir: Path, model: str, tp: int, gpu: str) -> dic
 
 
 def _errors(shard: ShardStepModel, rows: list[dict]) -> dict:
-    """|sim / real - 1| (median, p95, max) and the median signed error, by regime, of the
-    shard + collectives on the real layout's steps; and the collectives' share of the time."""
-
-    def stats(sel: list[dict]) -> dict:
-        if not sel:
-            return {"steps": 0}
-        signed = sorted(shard.served_row(r) / r["target"] - 1 for r in sel)
-        err = sorted(abs(e) for e in signed)
-        share = [shard.collective_s(r["prefill_tokens"] + r["decode_seqs"]) / shard.served_row(r)
-                 for r in sel]  # fmt: skip
-        return {
-            "steps": len(sel),
-            "median": median(err),
-            "p95": err[min(len(err) - 1, int(0.95 * len(err)))],
-            "max": err[-1],
-            "median_signed": median(signed),
-            "collectives_share_median": median(share),
-        }
-
-    dec = [r for r in rows if r["prefill_tokens"] == 0]
-    mix = [r for r in rows if r["prefill_tokens"] > 0]
-    return {"all": stats(rows), "decode_only": stats(dec), "with_prefill": stats(mix)}
+    """|sim / real - 1| (median, p95, max: `error_summary`, as a table's held-out report) of the
+    shard + collectives on the real layout's steps, by regime, with the median signed error and
+    the collectives' median share of the predicted time."""
+    out = error_summary(SimpleNamespace(predict_row=shard.served_row), rows)
+    regimes = {
+        "all": rows,
+        "decode_only": [r for r in rows if r["prefill_tokens"] == 0],
+        "with_prefill": [r for r in rows if r["prefill_tokens"] > 0],
+    }
+    for name, sel in regimes.items():
+        if sel:
+            out[name]["median_signed"] = median(shard.served_row(r) / r["target"] - 1 for r in sel)
+            out[name]["collectives_share_median"] = median(
+                shard.collective_s(r["prefill_tokens"] + r["decode_seqs"]) / shard.served_row(r)
+                for r in sel
+            )
+    return out
 
 
 def main() -> int:
