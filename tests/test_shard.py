@@ -101,8 +101,10 @@ def _shard_table(tmp_path, tp=2, **meta_extra) -> Path:
     return d
 
 
-def _coll(tp=2, measured=None):
-    return StepCollectives(ShardedModel(_model("llama-3-70b"), tp), default_tp_link(H200), measured)
+def _coll(spec=None, tp=2):
+    """The link-estimated collectives of ``spec`` (default Llama-3-70B) at ``tp`` on an H200."""
+    spec = spec or _model("llama-3-70b")
+    return StepCollectives(ShardedModel(spec, tp), default_tp_link(H200), None)
 
 
 def test_a_shard_step_is_the_shards_step_plus_the_collectives_at_its_padded_rows(tmp_path):
@@ -210,7 +212,7 @@ def test_the_build_refuses_a_run_of_another_layout(tmp_path):
 def test_shipped_shard_tables_load_and_the_shard_weighed_what_the_model_says(folder, model, tp):
     d = REPO / "profiles" / "h200" / "vllm-0.24" / folder
     spec = _model(model)
-    m = ShardStepModel(d, spec.name, tp, _coll_of(spec, tp))
+    m = ShardStepModel(d, spec.name, tp, _coll(spec, tp))
     assert m.meta["shard"]["tp"] == tp
     want = ShardedModel(spec, tp).weight_bytes_per_gpu / 2**30
     assert m.meta["weights_loaded_gib_per_gpu"] == pytest.approx(want, rel=0.05)
@@ -218,10 +220,6 @@ def test_shipped_shard_tables_load_and_the_shard_weighed_what_the_model_says(fol
     assert (engine["job"]["tp"], engine["job"]["shard_tp"]) == (1, tp)
     # a step of the layout costs more than its shard: the collectives are positive
     assert m.step_time(0, 0.0, 0, 8, 8000) > EngineStepModel.step_time(m, 0, 0.0, 0, 8, 8000)
-
-
-def _coll_of(spec, tp):
-    return StepCollectives(ShardedModel(spec, tp), default_tp_link(H200), None)
 
 
 def test_shard_tables_do_not_change_other_configs():
