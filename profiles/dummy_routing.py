@@ -6,19 +6,28 @@ in bf16 such small logits tie often (top-k then breaks ties by expert index). De
 to a few experts and run faster than with a trained router: `simulator/latency/routing_check.py`
 flags four shipped tables (profiles/README.md, "Dummy-weight routing").
 
-`reinit_routers` gives every router token-dependent logits of about ``logit_std`` (spread
-over experts as uniform routing): its weight drawn N(0, s^2) with ``s = logit_std / (sqrt(H) x
-rms(norm))``, where ``norm`` is the weight of the RMSNorm that feeds it (the layer's
-``post_attention_layernorm``: its normalized input is O(1) a channel, times that dummy weight),
-and its bias and score-correction bias set to zero. Only the routers change; every other weight
-keeps its dummy value, so every kernel and shape is the same. Seeded: the same model and seed
-give the same routers.
+Two changes make the routing token-dependent; only values change, so every kernel and shape is
+the same, and both are seeded (the same model and seed give the same weights):
 
-`register` makes the loader ``dummy_routed`` (vLLM's dummy load, then `reinit_routers`), which a
-job selects with ``"routing": "token_dependent"`` (`profiles.vllm_run`). Status: the function is
-tested on CPU on modules named as vLLM names them; the loader has **not yet run on a GPU**
-(written 2026-11-26 with no device time left): run a smoke profile (``limit``) first and check
-`servesim profile report`'s ``routing_check``.
+* `reinit_routers` gives every router logits of about ``logit_std`` (spread over experts as
+  uniform routing): its weight drawn N(0, s^2) with ``s = logit_std / (sqrt(H) x rms(norm))``,
+  where ``norm`` is the weight of the RMSNorm that feeds it (the layer's
+  ``post_attention_layernorm``: its normalized input is O(1) a channel, times that dummy
+  weight), and its bias and score-correction bias set to zero.
+* `spread_embeddings` draws the token embedding N(0, 1). Why: a router reads the normalized
+  residual stream, which on dummy weights is the token's embedding (+-1e-3) plus what every
+  layer adds, and a model with biases adds a token-independent vector each layer (gpt-oss: the
+  attention output bias, the experts' down-projection biases, +-1e-3 each). By the middle layers
+  that constant part is ~4x the token's, every token's logits share its offsets, and a batch
+  goes to the same few experts: a gpt-oss-20b table recorded with the routers re-drawn alone
+  (H100, 2026-11-26) still had 94% of its decode steps below the uniform-routing bound (batch
+  8-31 at 0.52x it). With embeddings of rms 1 the token's part dominates the stream in every
+  layer (the layers' additions stay ~1e-3). A numpy replica of that stream (gpt-oss-20b's sizes,
+  64 tokens) touches 9-21 of 32 experts a layer before, 31-32 after (uniform: 32.0).
+
+`register` makes the loader ``dummy_routed`` (vLLM's dummy load, then both changes), which a
+job selects with ``"routing": "token_dependent"`` (`profiles.vllm_run`; vLLM forks its engine
+process after this one registers it: no spawn, see `profiles.vllm_run`).
 """
 
 from __future__ import annotations
@@ -30,6 +39,9 @@ import math
 ROUTER_NAMES = ("gate", "router")
 #: the RMSNorm whose output a layer's router reads, relative to the layer
 ROUTER_INPUT_NORM = "post_attention_layernorm"
+#: last name component of the token embedding in vLLM's MoE models (``model.embed_tokens``;
+#: gpt-oss: ``model.embedding``); never the LM head (``lm_head``)
+EMBEDDING_NAMES = ("embed_tokens", "embedding")
 LOAD_FORMAT = "dummy_routed"
 
 
@@ -75,6 +87,28 @@ def _input_rms(model, router_name: str) -> float:
     return rms if rms > 0 else 1.0
 
 
+def spread_embeddings(model, seed: int = 0) -> list[str]:
+    """Re-draw the token embedding of ``model`` N(0, 1) (module docstring) and return its
+    module names; none found is a ValueError. Drawn on the weight's device by a seeded
+    generator of that device (a 200k x 2880 table in one call, no host copy)."""
+    import torch
+
+    done = []
+    for name, mod in model.named_modules():
+        w = getattr(mod, "weight", None)
+        if name.rsplit(".", 1)[-1] not in EMBEDDING_NAMES or w is None or w.dim() != 2:
+            continue
+        gen = torch.Generator(device=w.device).manual_seed(seed)
+        with torch.no_grad():
+            w.copy_(torch.randn(tuple(w.shape), generator=gen, device=w.device, dtype=w.dtype))
+        done.append(name)
+    if not done:
+        raise ValueError(
+            f"no token embedding found (modules named *.{' / *.'.join(EMBEDDING_NAMES)})"
+        )
+    return done
+
+
 def num_experts_of(hf_cfg: dict) -> int:
     """Routed experts per MoE layer, from a config.json (the field each family names it by)."""
     for key in ("num_experts", "num_local_experts", "n_routed_experts"):
@@ -95,8 +129,9 @@ def register(num_experts: int, seed: int = 0) -> str:
         def load_weights(self, model, model_config) -> None:
             super().load_weights(model, model_config)
             reinit_routers(model, num_experts, seed)
+            spread_embeddings(model, seed)
 
     return LOAD_FORMAT
 
 
-__all__ = ["reinit_routers", "register", "num_experts_of", "LOAD_FORMAT"]
+__all__ = ["reinit_routers", "spread_embeddings", "register", "num_experts_of", "LOAD_FORMAT"]

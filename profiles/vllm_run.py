@@ -22,8 +22,8 @@ capacity), ``steps.jsonl.<pid>``, ``<phase>.json.gz`` (requests + phase window +
 A job's ``precision`` (``{"weights": bf16|fp8|int4, "kv_cache_dtype": bf16|fp8}``, default
 bf16) becomes engine arguments (`profiles.hf_config.engine_precision`); the model folder's
 ``config.json`` must have been written for the same weights (an int4 checkpoint config). A job
-with ``"routing": "token_dependent"`` re-draws its MoE routers after the dummy load
-(`profiles.dummy_routing`; not yet run on a GPU). A job with ``shard_tp: K`` runs at TP1 a
+with ``"routing": "token_dependent"`` re-draws its MoE routers and its token embedding after
+the dummy load (`profiles.dummy_routing`). A job with ``shard_tp: K`` runs at TP1 a
 ``config.json`` of one GPU's shard of a K-way TP layout (`profiles.hf_config.shard_config`);
 the table built from it adds the layout's collectives (`simulator.latency.shard`).
 

@@ -92,3 +92,58 @@ def test_redraw_is_seeded_zeroes_the_correction_bias_and_needs_a_router():
     assert not a.model.layers[0].mlp.gate.e_score_correction_bias.any()
     with pytest.raises(ValueError, match="no router with 64 experts"):
         reinit_routers(a, 64)
+
+
+def _biased_stream(torch, layers=12, tokens=64):
+    """A dummy model's residual stream as gpt-oss's: token embeddings, and per layer a router
+    reading the normalized stream, then a token-independent bias added (the attention output
+    and expert down-projection biases), all dummy-valued (+-1e-3)."""
+    nn = torch.nn
+    model = nn.Module()
+    model.model = nn.Module()
+    model.model.embedding = nn.Embedding(1000, H)
+    nn.init.uniform_(model.model.embedding.weight, -1e-3, 1e-3)
+    model.model.layers = nn.ModuleList()
+    for _ in range(layers):
+        layer = nn.Module()
+        layer.post_attention_layernorm = nn.Module()
+        layer.post_attention_layernorm.weight = nn.Parameter(torch.empty(H).uniform_(-1e-3, 1e-3))
+        layer.mlp = nn.Module()
+        layer.mlp.router = nn.Linear(H, E)
+        layer.out_bias = nn.Parameter(torch.empty(H).uniform_(-1e-3, 1e-3))
+        model.model.layers.append(layer)
+    model.lm_head = nn.Linear(H, 1000, bias=False)
+    return model, torch.randint(0, 1000, (tokens,))
+
+
+def _touched_per_layer(torch, model, ids) -> list[int]:
+    with torch.no_grad():
+        x = model.model.embedding(ids)
+        touched = []
+        for layer in model.model.layers:
+            xn = x / x.pow(2).mean(-1, keepdim=True).sqrt() * layer.post_attention_layernorm.weight
+            top = layer.mlp.router(xn).topk(K, dim=-1).indices
+            touched.append(len(set(top.flatten().tolist())))
+            x = x + layer.out_bias
+    return touched
+
+
+def test_spread_embeddings_keep_a_biased_stream_token_dependent_in_every_layer():
+    """Routers re-drawn alone leave the deep layers concentrated where each layer adds a
+    constant bias (what a gpt-oss-20b table showed); with the embedding drawn N(0, 1) every
+    layer's top-4 of 64 tokens covers (nearly) all 32 experts, as uniform routing does (32.0)."""
+    torch = pytest.importorskip("torch")
+    from profiles.dummy_routing import reinit_routers, spread_embeddings
+
+    torch.manual_seed(0)
+    model, ids = _biased_stream(torch)
+    head = model.lm_head.weight.clone()
+    reinit_routers(model, E, seed=1)
+    routers_only = _touched_per_layer(torch, model, ids)
+    assert max(routers_only[-4:]) <= 24  # the constant part dominates the deep layers
+    assert spread_embeddings(model, seed=2) == ["model.embedding"]
+    assert float(model.model.embedding.weight.detach().std()) == pytest.approx(1.0, rel=0.05)
+    assert torch.equal(model.lm_head.weight, head)  # the LM head is not an embedding
+    assert min(_touched_per_layer(torch, model, ids)) >= 30
+    with pytest.raises(ValueError, match="no token embedding"):
+        spread_embeddings(torch.nn.Linear(4, 4))

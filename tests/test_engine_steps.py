@@ -320,6 +320,20 @@ def test_decode_follows_every_measured_graph_size_even_where_it_is_not_monotone(
     assert m.describe()["decode_graph_sizes_measured"] == list(m.decode_knots)
 
 
+def test_a_falling_last_segment_is_not_extrapolated_below_the_last_knot(tmp_path):
+    """Beyond the last decode knot the curve never falls: `_staircase` drops from 384 to 512
+    (5.6 -> 5.2 ms), whose extension would reach zero by ~2,100 sequences and go negative
+    beyond (a one-pass DeepSeek-V2-Lite table once charged a 1,024-sequence batch -39 ms)."""
+    m = EngineStepModel(
+        _table(tmp_path, n=800, truth=_staircase, batches=(1, 8, 64, 128, 256, 384, 512)), "toy", 1
+    )
+    assert m.decode_knots[-2:] == (384, 512) and m._curve_w(512) < m._curve_w(384)
+    for p in (600, 2048, 4096):
+        assert m._curve_w(p) == m._curve_w(512) > 0
+    # inside the knots the measured drop is kept (interpolated, not flattened)
+    assert m._curve_w(448) == pytest.approx((m._curve_w(384) + m._curve_w(512)) / 2, rel=1e-9)
+
+
 def _rows_staircase(r):
     """`_staircase`'s GEMMs in every step: a step of N rows (prompt tokens + decodes, padded)
     pays the decode staircase's value at N, whatever the rows are, plus its attention."""

@@ -470,8 +470,16 @@ class EngineStepModel:
         return w
 
     def _curve_w(self, p: int) -> float:
-        """The decode curve's base value at batch size ``p`` (its knots' coefficients)."""
-        return float(np.dot(hat(p, self.decode_knots), self.c_dec[: len(self.decode_knots)]))
+        """The decode curve's base value at batch size ``p`` (its knots' coefficients). Beyond
+        the last knot the outermost segment extends the curve, unless it falls: a decode batch
+        larger than any measured one is never charged less than the largest knot's value (a
+        falling last segment, noise between two eager sizes, once extrapolated a 1,024-sequence
+        batch of a one-pass table to a negative time). Invariant: the knots' coefficients are
+        non-negative (`l1_fit`), so every value is."""
+        knots, c = self.decode_knots, self.c_dec[: len(self.decode_knots)]
+        if p > knots[-1] and c[-1] < c[-2]:
+            return float(c[-1])
+        return float(np.dot(hat(p, knots), c))
 
     def _beyond_table(self, prefill_tokens: int, decode_seqs: int) -> None:
         """Say once per kind that a step lies beyond what the table measured (a decode-only
