@@ -101,6 +101,7 @@ def load_phase(path: Path) -> dict:
     if engine.is_file():
         facts = json.loads(engine.read_text())
         phase["served_precision"] = facts.get("precision") or job_precision(facts.get("job", {}))
+        phase["served_gpu"] = facts.get("gpu")  # the device's name, e.g. "NVIDIA H100 80GB HBM3"
     return phase
 
 
@@ -124,6 +125,20 @@ def energy_check(phase: dict, sim: dict, window: dict) -> dict | None:
         "sim_source": sim["energy"]["source"],
         "sim_kind": sim["energy"]["kind"],
     }
+
+
+def _gpu_mismatch(cfg: dict, phase: dict) -> list[str]:
+    """The GPU the real run ran on (its engine.json) against the experiment's catalog GPU key.
+    Why: the arrivals' fingerprint names the GPU the job was written for, not the one that ran
+    it; a job written for an H200 and run on an H100 (the lent machine decides) replays the same
+    requests, but its step times and KV capacity are an H100's. Runs recorded without the name,
+    and custom GPUs (a mapping, no catalog key), are not checked."""
+    device, key = phase.get("served_gpu"), (cfg.get("hardware") or {}).get("gpu")
+    if not device or not isinstance(key, str):
+        return []
+    if key.lower() in device.lower().replace(" ", ""):
+        return []
+    return [f"gpu: experiment {key!r}, real run on {device!r}"]
 
 
 def _precision_mismatch(cfg: dict, where: str, phase: dict) -> list[str]:
@@ -154,6 +169,7 @@ def check_same_run(cfg: dict, where: str, phase: dict) -> list[list]:
     expected = engine_jobs.fingerprint(cfg, where, reqs)
     diff = engine_jobs.fingerprint_mismatch(expected, phase.get("fingerprint"))
     diff += _precision_mismatch(cfg, where, phase)
+    diff += _gpu_mismatch(cfg, phase)
     if diff:
         raise ConfigError(where, "real run", "not a run of this experiment: " + "; ".join(diff))
     return reqs

@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 from profiles import engine_jobs, vllm_grid, vllm_validate  # noqa: E402
 from profiles.hf_config import write_model_dir  # noqa: E402
 from profiles.vllm_steps import read_steps  # noqa: E402
+from simulator.errors import ConfigError  # noqa: E402
 from simulator.models import load_model  # noqa: E402
 
 LOADS = {
@@ -311,7 +312,11 @@ def main() -> int:
         if not sep or pair.count("/") != 1 or not folder:
             ap.error(f"--table {spec!r}: expected GPU/MODEL=DIR (e.g. h100/llama-3-8b=/tmp/t)")
         tables[pair] = folder
-    results = report(Path(a.real), tables)
+    try:
+        results = report(Path(a.real), tables)
+    except ConfigError as e:  # a real run of other arrivals, model, precision or GPU
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(results, indent=1))
