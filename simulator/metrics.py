@@ -45,7 +45,7 @@ def weighted_dist(values, weights) -> dict:
     w = np.asarray(weights, dtype=float)
     if v.size == 0 or w.sum() == 0:
         return {"mean": None, **{f"p{p}": None for p in PCTS}, "count": 0}
-    order = np.argsort(v, kind="stable")
+    order = _stable_order(v)
     v, w = v[order], w[order]
     cum = np.cumsum(w)
     total = cum[-1]
@@ -56,6 +56,20 @@ def weighted_dist(values, weights) -> dict:
         out[f"p{p}"] = float(v[min(idx, v.size - 1)])
     out["count"] = int(total)
     return out
+
+
+def _stable_order(v: np.ndarray) -> np.ndarray:
+    """``np.argsort(v, kind="stable")`` (equal values in index order, which fixes the order of
+    the weighted mean's sum) from numpy's default sort, 2-3x faster here (0.02 s for a 100k
+    run's ITL gaps): sort, number the runs of equal values, then sort (run, index) keys."""
+    order = np.argsort(v)
+    sv = v[order]
+    if sv.size and np.isnan(sv[-1]):  # NaNs sort last but never compare equal
+        return np.argsort(v, kind="stable")
+    run = np.zeros(v.size, np.int64)
+    np.cumsum(sv[1:] != sv[:-1], out=run[1:])
+    run *= v.size
+    return np.sort(run + order) - run
 
 
 def request_table(requests, output_delay_s: float = 0.0) -> dict[str, np.ndarray]:
@@ -142,15 +156,31 @@ def step_arrays(replicas, release: bool = False) -> dict[str, np.ndarray]:
            for k in STEP_NAMES}  # fmt: skip
     out["replica"] = np.empty(total, dtype=np.int64)
     lo = 0
+    for rows, replica in _step_batches(replicas, release):
+        hi = lo + len(rows)
+        for i, k in enumerate(STEP_NAMES):
+            out[k][lo:hi] = rows[:, i]
+        out["replica"][lo:hi] = replica
+        lo = hi
+    return out
+
+
+def _step_batches(replicas, release: bool, batch_rows: int = 65536):
+    """The replicas' step chunks in order, joined into (rows, replica index per row) batches
+    of about ``batch_rows`` rows. Why: with 64 replicas a run has ~5.5k chunks of 64 rows, and
+    copying each chunk's 12 columns on its own cost ~8 us a chunk (0.045 s a run)."""
+    chunks, sizes, owners, pending = [], [], [], 0
     for rep in replicas:
         for a in rep.steps.drain() if release else [rep.steps.array()]:
-            hi = lo + len(a)
-            for i, k in enumerate(STEP_NAMES):
-                out[k][lo:hi] = a[:, i]
-            out["replica"][lo:hi] = rep.index
-            lo = hi
-            del a
-    return out
+            chunks.append(a)
+            sizes.append(len(a))
+            owners.append(rep.index)
+            pending += len(a)
+            if pending >= batch_rows:
+                yield np.concatenate(chunks), np.repeat(owners, sizes)
+                chunks, sizes, owners, pending = [], [], [], 0
+    if chunks:
+        yield np.concatenate(chunks), np.repeat(owners, sizes)
 
 
 def summarize(
