@@ -305,8 +305,8 @@ def test_round_robin_horizon_changes_nothing(monkeypatch):
 
 def test_chunk_rows_bounds_the_cluster_pending_rows():
     assert chunk_rows(1) == CHUNK
-    assert chunk_rows(4) == CHUNK  # 4096 // 4
-    assert chunk_rows(64) == 64
+    assert chunk_rows(4) == 256  # 1024 // 4
+    assert chunk_rows(64) == 16
     assert chunk_rows(1024) == MIN_CHUNK
 
 
