@@ -95,14 +95,12 @@ class StepLog:
             self._chunks.append(flat.reshape(-1, WIDTH))
             rows.clear()
 
-    def drain(self):
-        """Yield the rows as float64 chunks, oldest first, letting each go once yielded (the
-        run's columns are being copied out; see metrics.step_arrays). Leaves the log empty."""
+    def take_chunks(self) -> list[np.ndarray]:
+        """The rows as float64 chunks, oldest first, leaving the log empty: the caller drops
+        each chunk once copied (see metrics.step_arrays), so a run's steps are not held twice."""
         self.pack()
         chunks, self._chunks = self._chunks, []
-        chunks.reverse()
-        while chunks:
-            yield chunks.pop()
+        return chunks
 
     def array(self) -> np.ndarray:
         """All rows as one (n, 11) float64 array (packs the pending tuples first)."""
