@@ -168,18 +168,20 @@ def step_arrays(replicas, release: bool = False) -> dict[str, np.ndarray]:
 
 
 def _step_batches(replicas, release: bool, batch_rows: int = 65536):
-    """(rows, replica index) batches: each replica's step chunks joined about ``batch_rows``
-    rows at a time, each chunk dropped once joined when ``release``. Why: a run of 64
+    """(rows, replica index) batches, each chunk dropped once used when ``release``: a
+    replica's chunks as they are when they are long (a lone replica's 1024 rows: joining them
+    would copy them once more), else joined ``batch_rows`` rows at a time. Why: a run of 64
     replicas has ~64k chunks of ~16 rows (they pack together, `steplog.pack_together`);
     copying each chunk's 12 columns on its own cost ~8 us a chunk, and even gathering them
     one by one in Python ~1 us."""
     for rep in replicas:
         chunks = rep.steps.take_chunks() if release else [rep.steps.array()]
         ends = list(accumulate(map(len, chunks)))
+        join = batch_rows if ends and ends[-1] < 256 * len(chunks) else 1  # mean < 256 rows
         lo = 0
         while lo < len(chunks):
             start = ends[lo - 1] if lo else 0
-            hi = min(max(bisect_left(ends, start + batch_rows) + 1, lo + 1), len(chunks))
+            hi = min(max(bisect_left(ends, start + join) + 1, lo + 1), len(chunks))
             yield (np.concatenate(chunks[lo:hi]) if hi - lo > 1 else chunks[lo]), rep.index
             chunks[lo:hi] = [None] * (hi - lo)
             lo = hi
