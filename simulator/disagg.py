@@ -61,7 +61,7 @@ from simulator.hardware import LinkSpec, load_link
 from simulator.replica import Replica
 from simulator.request import Request, Status
 from simulator.served import ShardedModel
-from simulator.steplog import chunk_rows
+from simulator.steplog import chunk_rows, share_packing
 
 LINK_ALIASES = {"nvlink": "nvlink4", "infiniband": "infiniband-ndr", "pcie": "pcie-gen5-x16"}
 
@@ -175,6 +175,7 @@ class KVTransfer:
             rep.arrivals_done = True
             self.decode.append(rep)
         self.replicas = self.prefill + self.decode
+        share_packing([rep.steps for rep in self.replicas])
         self.queues: list[deque] = [deque() for _ in self.decode]
         self.links = [simpy.Resource(env, capacity=spec.link_concurrency) for _ in self.prefill]
         self.in_flight = [0] * len(self.decode)

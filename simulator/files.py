@@ -68,10 +68,7 @@ def decode_text(data: bytes, where: str, what: str = "file") -> str:
 def parse_yaml(text: str, where: str) -> Any:
     """YAML text to Python data, refusing duplicate keys; errors name ``where`` and the line."""
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        if node is not None:
-            _check_duplicates(node, where, "", {})
-        return yaml.safe_load(text)
+        return _load_checked(text, where)
     except RecursionError:
         raise ConfigError(
             where, "", "not readable: nested too deeply (hundreds of levels)"
@@ -80,6 +77,21 @@ def parse_yaml(text: str, where: str) -> Any:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ConfigError(where, "", f"not valid YAML{at}: {getattr(e, 'problem', e)}") from None
+
+
+def _load_checked(text: str, where: str) -> Any:
+    """``yaml.safe_load(text)`` with the composed tree checked for duplicate keys before it is
+    constructed, by the same loader: the text is parsed once (composing it apart and then
+    loading it cost a second parse, ~0.02 s a run for a latency table's meta.yaml)."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_duplicates(node, where, "", {})
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
 
 
 def load_yaml_file(path: str | Path, what: str = "YAML file") -> Any:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 import re
+from bisect import bisect_left
+from itertools import accumulate
 
 import numpy as np
 
@@ -45,7 +47,7 @@ def weighted_dist(values, weights) -> dict:
     w = np.asarray(weights, dtype=float)
     if v.size == 0 or w.sum() == 0:
         return {"mean": None, **{f"p{p}": None for p in PCTS}, "count": 0}
-    order = np.argsort(v, kind="stable")
+    order = _stable_order(v)
     v, w = v[order], w[order]
     cum = np.cumsum(w)
     total = cum[-1]
@@ -56,6 +58,20 @@ def weighted_dist(values, weights) -> dict:
         out[f"p{p}"] = float(v[min(idx, v.size - 1)])
     out["count"] = int(total)
     return out
+
+
+def _stable_order(v: np.ndarray) -> np.ndarray:
+    """``np.argsort(v, kind="stable")`` (equal values in index order, which fixes the order of
+    the weighted mean's sum) from numpy's default sort, 2-3x faster here (0.02 s for a 100k
+    run's ITL gaps): sort, number the runs of equal values, then sort (run, index) keys."""
+    order = np.argsort(v)
+    sv = v[order]
+    if sv.size and np.isnan(sv[-1]):  # NaNs sort last but never compare equal
+        return np.argsort(v, kind="stable")
+    run = np.zeros(v.size, np.int64)
+    np.cumsum(sv[1:] != sv[:-1], out=run[1:])
+    run *= v.size
+    return np.sort(run + order) - run
 
 
 def request_table(requests, output_delay_s: float = 0.0) -> dict[str, np.ndarray]:
@@ -142,15 +158,33 @@ def step_arrays(replicas, release: bool = False) -> dict[str, np.ndarray]:
            for k in STEP_NAMES}  # fmt: skip
     out["replica"] = np.empty(total, dtype=np.int64)
     lo = 0
-    for rep in replicas:
-        for a in rep.steps.drain() if release else [rep.steps.array()]:
-            hi = lo + len(a)
-            for i, k in enumerate(STEP_NAMES):
-                out[k][lo:hi] = a[:, i]
-            out["replica"][lo:hi] = rep.index
-            lo = hi
-            del a
+    for rows, replica in _step_batches(replicas, release):
+        hi = lo + len(rows)
+        for i, k in enumerate(STEP_NAMES):
+            out[k][lo:hi] = rows[:, i]
+        out["replica"][lo:hi] = replica
+        lo = hi
     return out
+
+
+def _step_batches(replicas, release: bool, batch_rows: int = 65536):
+    """(rows, replica index) batches, each chunk dropped once used when ``release``: a
+    replica's chunks as they are when they are long (a lone replica's 1024 rows: joining them
+    would copy them once more), else joined ``batch_rows`` rows at a time. Why: a run of 64
+    replicas has ~64k chunks of ~16 rows (they pack together, `steplog.pack_together`);
+    copying each chunk's 12 columns on its own cost ~8 us a chunk, and even gathering them
+    one by one in Python ~1 us."""
+    for rep in replicas:
+        chunks = rep.steps.take_chunks() if release else [rep.steps.array()]
+        ends = list(accumulate(map(len, chunks)))
+        join = batch_rows if ends and ends[-1] < 256 * len(chunks) else 1  # mean < 256 rows
+        lo = 0
+        while lo < len(chunks):
+            start = ends[lo - 1] if lo else 0
+            hi = min(max(bisect_left(ends, start + join) + 1, lo + 1), len(chunks))
+            yield (np.concatenate(chunks[lo:hi]) if hi - lo > 1 else chunks[lo]), rep.index
+            chunks[lo:hi] = [None] * (hi - lo)
+            lo = hi
 
 
 def summarize(

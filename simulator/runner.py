@@ -34,7 +34,7 @@ from simulator.metrics import step_arrays, summarize
 from simulator.models import ModelSpec, load_model
 from simulator.replica import Replica
 from simulator.served import EP_MODES, ShardedModel, check_expert_parallel
-from simulator.steplog import chunk_rows
+from simulator.steplog import chunk_rows, share_packing
 from workloads.build import build_workload
 from workloads.spec import RequestColumns, Workload
 
@@ -288,6 +288,7 @@ def _replica_factory(main, cluster: _Cluster, latency, coalesce, policy_seed, wh
             )  # fmt: skip
             sim_cluster.add_replica(rep)
             reps.append(rep)
+        share_packing([rep.steps for rep in reps])
         return reps
 
     return make_replicas

@@ -305,8 +305,8 @@ def test_round_robin_horizon_changes_nothing(monkeypatch):
 
 def test_chunk_rows_bounds_the_cluster_pending_rows():
     assert chunk_rows(1) == CHUNK
-    assert chunk_rows(4) == CHUNK  # 4096 // 4
-    assert chunk_rows(64) == 64
+    assert chunk_rows(4) == 256  # 1024 // 4
+    assert chunk_rows(64) == 16
     assert chunk_rows(1024) == MIN_CHUNK
 
 
@@ -330,3 +330,19 @@ def test_step_chunk_does_not_change_a_clusters_steps(monkeypatch):
     assert steps[0].keys() == steps[1].keys()
     for k in steps[0]:
         assert np.array_equal(steps[0][k], steps[1][k]), k
+
+
+def test_stable_order_is_a_stable_argsort():
+    """`metrics._stable_order` (the ITL distribution's sort) orders equal values by index,
+    as ``np.argsort(kind="stable")`` does, with repeats, signed zeros and NaNs."""
+    from simulator.metrics import _stable_order
+
+    rng = np.random.default_rng(4)
+    for _ in range(300):
+        v = rng.integers(0, rng.integers(1, 40), rng.integers(0, 200)).astype(float)
+        v[rng.random(v.size) < 0.1] = -0.0
+        if rng.random() < 0.2:
+            v[rng.random(v.size) < 0.1] = np.nan
+        assert np.array_equal(_stable_order(v), np.argsort(v, kind="stable"))
+    gaps = rng.exponential(0.02, 50_000).round(6)
+    assert np.array_equal(_stable_order(gaps), np.argsort(gaps, kind="stable"))
