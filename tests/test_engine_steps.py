@@ -334,6 +334,19 @@ def test_a_falling_last_segment_is_not_extrapolated_below_the_last_knot(tmp_path
     assert m._curve_w(448) == pytest.approx((m._curve_w(384) + m._curve_w(512)) / 2, rel=1e-9)
 
 
+def test_a_decode_batch_above_the_curves_last_knot_is_said_once(tmp_path):
+    """Graph sizes above the widest measured decode batch are on the decode curve (up to the
+    largest graph) but extrapolated from its last segment: the run says so, once."""
+    m = EngineStepModel(_table(tmp_path, n=800, batches=(1, 8, 64, 128, 256)), "toy", 1)
+    assert m.decode_knots[-1] == 256 and m.decode_top == 512
+    m.step_time(0, 0, 0, 256, 256_000, 1000)
+    assert not m.warnings
+    with pytest.warns(RuntimeWarning, match=r"beyond the decode curve's last measured size \(256"):
+        m.step_time(0, 0, 0, 384, 384_000, 1000)
+    m.step_time(0, 0, 0, 512, 512_000, 1000)
+    assert len(m.warnings) == 1
+
+
 def _rows_staircase(r):
     """`_staircase`'s GEMMs in every step: a step of N rows (prompt tokens + decodes, padded)
     pays the decode staircase's value at N, whatever the rows are, plus its attention."""

@@ -445,6 +445,8 @@ class EngineStepModel:
             w = self._decode_w.get(decode_seqs)
             if w is None:
                 w = self._decode_w[decode_seqs] = self._graph_w_of(decode_seqs)
+                if self.padded(decode_seqs) > self.decode_knots[-1]:
+                    self._beyond_curve(decode_seqs)
             mx = decode_max or decode_ctx / decode_seqs
             return w + self._c_ctx * decode_ctx + self._c_max * mx
         if prefill_tokens + decode_seqs > self.tokens_measured or (
@@ -496,6 +498,23 @@ class EngineStepModel:
             kind = f"a decode-only batch of {decode_seqs} sequences (largest measured: "
             kind += f"{self.decode_seqs_measured})"
         text = f"{self.name}: {kind} is beyond the table; extrapolated"
+        self.warnings.append(text)
+        warnings.warn(text, RuntimeWarning, stacklevel=3)
+
+    def _beyond_curve(self, decode_seqs: int) -> None:
+        """Say once that a decode-only batch lies above the decode curve's last knot but within
+        `decode_top` (the largest CUDA graph, or the widest eager batch measured): graph sizes
+        above the widest measured batch, or eager batches too few steps made a knot of. The
+        curve there extends its last segment (`_curve_w`), which the held-out error does not
+        cover."""
+        if "decode_curve" in self._warned:
+            return
+        self._warned.add("decode_curve")
+        text = (
+            f"{self.name}: a decode-only batch of {decode_seqs} sequences is beyond the decode "
+            f"curve's last measured size ({self.decode_knots[-1]}; widest decode-only batch "
+            f"measured: {self.decode_seqs_measured}); extrapolated"
+        )
         self.warnings.append(text)
         warnings.warn(text, RuntimeWarning, stacklevel=3)
 
