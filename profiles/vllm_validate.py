@@ -31,6 +31,7 @@ from profiles.metric_intervals import percentile_intervals, weighted_quantile
 from profiles.vllm_table import step_rows
 from simulator.errors import ConfigError
 from simulator.executor import idle_wake_s
+from simulator.hardware import GPU_ALIASES, GPUS
 from simulator.latency.base import after_launch_wait
 from simulator.latency.engine_steps import LAUNCH_SHOWS
 from simulator.models import load_model
@@ -131,12 +132,17 @@ def _gpu_mismatch(cfg: dict, phase: dict) -> list[str]:
     """The GPU the real run ran on (its engine.json) against the experiment's catalog GPU key.
     Why: the arrivals' fingerprint names the GPU the job was written for, not the one that ran
     it; a job written for an H200 and run on an H100 (the lent machine decides) replays the same
-    requests, but its step times and KV capacity are an H100's. Runs recorded without the name,
-    and custom GPUs (a mapping, no catalog key), are not checked."""
+    requests, but its step times and KV capacity are an H100's. The catalog key's family (its
+    alias resolved, `h100-sxm` -> `h100`) must be in the device's name ("NVIDIA H100 80GB
+    HBM3"). Runs recorded without the name, and GPUs outside the catalog, are not checked."""
     device, key = phase.get("served_gpu"), (cfg.get("hardware") or {}).get("gpu")
     if not device or not isinstance(key, str):
         return []
-    if key.lower() in device.lower().replace(" ", ""):
+    canonical = GPU_ALIASES.get(key.lower(), key.lower())
+    if canonical not in GPUS:
+        return []
+    family = canonical.split("-")[0]  # h100-sxm -> h100: the name vLLM's device carries
+    if family in device.lower().replace(" ", ""):
         return []
     return [f"gpu: experiment {key!r}, real run on {device!r}"]
 

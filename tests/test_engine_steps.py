@@ -653,6 +653,12 @@ def test_report_refuses_a_real_run_made_on_another_gpu():
     assert vllm_validate._gpu_mismatch({"hardware": {"gpu": "h100"}}, h100) == []
     assert vllm_validate._gpu_mismatch(cfg, {"served_gpu": "NVIDIA H200"}) == []
     assert vllm_validate._gpu_mismatch(cfg, {}) == []  # recorded without the name: unchecked
+    # catalog keys and aliases match their family's device names
+    for key in ("h100-sxm", "H100", "h100-80gb"):
+        assert vllm_validate._gpu_mismatch({"hardware": {"gpu": key}}, h100) == [], key
+    a100 = {"served_gpu": "NVIDIA A100-SXM4-80GB"}
+    assert vllm_validate._gpu_mismatch({"hardware": {"gpu": "a100-80gb"}}, a100) == []
+    assert vllm_validate._gpu_mismatch({"hardware": {"gpu": "l40s"}}, a100) != []
     # every stored real run ran on the GPU its folder (and its pair) names
     for run in sorted((REPO / "validation/vllm-0.24/real").iterdir()):
         phase = vllm_validate.load_phase(run / "conv_light.json.gz")
