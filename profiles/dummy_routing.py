@@ -53,10 +53,7 @@ def reinit_routers(model, num_experts: int, seed: int = 0, logit_std: float = 1.
 
     gen = torch.Generator(device="cpu").manual_seed(seed)
     done = []
-    for name, mod in model.named_modules():
-        w = getattr(mod, "weight", None)
-        if name.rsplit(".", 1)[-1] not in ROUTER_NAMES or w is None or w.dim() != 2:
-            continue
+    for name, mod, w in _matrices_named(model, ROUTER_NAMES):
         if w.shape[0] != num_experts:
             continue
         scale = logit_std / (math.sqrt(w.shape[1]) * _input_rms(model, name))
@@ -72,6 +69,15 @@ def reinit_routers(model, num_experts: int, seed: int = 0, logit_std: float = 1.
         raise ValueError(f"no router with {num_experts} experts found (modules named "
                          f"*.{' / *.'.join(ROUTER_NAMES)})")  # fmt: skip
     return done
+
+
+def _matrices_named(model, names: tuple[str, ...]):
+    """``(name, module, weight)`` of every submodule whose last name component is in ``names``
+    and whose ``weight`` is 2-D (the routers and embeddings these functions re-draw)."""
+    for name, mod in model.named_modules():
+        w = getattr(mod, "weight", None)
+        if name.rsplit(".", 1)[-1] in names and w is not None and w.dim() == 2:
+            yield name, mod, w
 
 
 def _input_rms(model, router_name: str) -> float:
@@ -94,10 +100,7 @@ def spread_embeddings(model, seed: int = 0) -> list[str]:
     import torch
 
     done = []
-    for name, mod in model.named_modules():
-        w = getattr(mod, "weight", None)
-        if name.rsplit(".", 1)[-1] not in EMBEDDING_NAMES or w is None or w.dim() != 2:
-            continue
+    for name, _, w in _matrices_named(model, EMBEDDING_NAMES):
         gen = torch.Generator(device=w.device).manual_seed(seed)
         with torch.no_grad():
             w.copy_(torch.randn(tuple(w.shape), generator=gen, device=w.device, dtype=w.dtype))

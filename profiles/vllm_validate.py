@@ -31,7 +31,7 @@ from profiles.metric_intervals import percentile_intervals, weighted_quantile
 from profiles.vllm_table import step_rows
 from simulator.errors import ConfigError
 from simulator.executor import idle_wake_s
-from simulator.hardware import GPU_ALIASES, GPUS
+from simulator.hardware import load_gpu
 from simulator.latency.base import after_launch_wait
 from simulator.latency.engine_steps import LAUNCH_SHOWS
 from simulator.models import load_model
@@ -128,20 +128,18 @@ def energy_check(phase: dict, sim: dict, window: dict) -> dict | None:
     }
 
 
-def _gpu_mismatch(cfg: dict, phase: dict) -> list[str]:
+def _gpu_mismatch(cfg: dict, where: str, phase: dict) -> list[str]:
     """The GPU the real run ran on (its engine.json) against the experiment's catalog GPU key.
     Why: the arrivals' fingerprint names the GPU the job was written for, not the one that ran
     it; a job written for an H200 and run on an H100 (the lent machine decides) replays the same
-    requests, but its step times and KV capacity are an H100's. The catalog key's family (its
-    alias resolved, `h100-sxm` -> `h100`) must be in the device's name ("NVIDIA H100 80GB
-    HBM3"). Runs recorded without the name, and GPUs outside the catalog, are not checked."""
+    requests, but its step times and KV capacity are an H100's. The catalog GPU's family (its
+    name as `load_gpu` resolves it, `h100` -> `h100-sxm` -> `h100`) must be in the device's
+    name ("NVIDIA H100 80GB HBM3"). Runs recorded without the name, and custom GPUs (a
+    mapping), are not checked."""
     device, key = phase.get("served_gpu"), (cfg.get("hardware") or {}).get("gpu")
     if not device or not isinstance(key, str):
         return []
-    canonical = GPU_ALIASES.get(key.lower(), key.lower())
-    if canonical not in GPUS:
-        return []
-    family = canonical.split("-")[0]  # h100-sxm -> h100: the name vLLM's device carries
+    family = load_gpu(key, where, "hardware.gpu").name.split("-")[0]  # h100-sxm -> h100
     if family in device.lower().replace(" ", ""):
         return []
     return [f"gpu: experiment {key!r}, real run on {device!r}"]
@@ -175,7 +173,7 @@ def check_same_run(cfg: dict, where: str, phase: dict) -> list[list]:
     expected = engine_jobs.fingerprint(cfg, where, reqs)
     diff = engine_jobs.fingerprint_mismatch(expected, phase.get("fingerprint"))
     diff += _precision_mismatch(cfg, where, phase)
-    diff += _gpu_mismatch(cfg, phase)
+    diff += _gpu_mismatch(cfg, where, phase)
     if diff:
         raise ConfigError(where, "real run", "not a run of this experiment: " + "; ".join(diff))
     return reqs

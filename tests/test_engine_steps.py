@@ -647,23 +647,23 @@ def test_report_refuses_a_real_run_made_on_another_gpu():
     """The fingerprint names the GPU a job was written for; engine.json the one that ran it."""
     cfg = {"hardware": {"gpu": "h200"}}
     h100 = {"served_gpu": "NVIDIA H100 80GB HBM3"}
-    assert vllm_validate._gpu_mismatch(cfg, h100) == [
+    assert vllm_validate._gpu_mismatch(cfg, "t", h100) == [
         "gpu: experiment 'h200', real run on 'NVIDIA H100 80GB HBM3'"
     ]
-    assert vllm_validate._gpu_mismatch({"hardware": {"gpu": "h100"}}, h100) == []
-    assert vllm_validate._gpu_mismatch(cfg, {"served_gpu": "NVIDIA H200"}) == []
-    assert vllm_validate._gpu_mismatch(cfg, {}) == []  # recorded without the name: unchecked
+    assert vllm_validate._gpu_mismatch({"hardware": {"gpu": "h100"}}, "t", h100) == []
+    assert vllm_validate._gpu_mismatch(cfg, "t", {"served_gpu": "NVIDIA H200"}) == []
+    assert vllm_validate._gpu_mismatch(cfg, "t", {}) == []  # recorded without the name: unchecked
     # catalog keys and aliases match their family's device names
     for key in ("h100-sxm", "H100", "h100-80gb"):
-        assert vllm_validate._gpu_mismatch({"hardware": {"gpu": key}}, h100) == [], key
+        assert vllm_validate._gpu_mismatch({"hardware": {"gpu": key}}, "t", h100) == [], key
     a100 = {"served_gpu": "NVIDIA A100-SXM4-80GB"}
-    assert vllm_validate._gpu_mismatch({"hardware": {"gpu": "a100-80gb"}}, a100) == []
-    assert vllm_validate._gpu_mismatch({"hardware": {"gpu": "l40s"}}, a100) != []
+    assert vllm_validate._gpu_mismatch({"hardware": {"gpu": "a100-80gb"}}, "t", a100) == []
+    assert vllm_validate._gpu_mismatch({"hardware": {"gpu": "l40s"}}, "t", a100) != []
     # every stored real run ran on the GPU its folder (and its pair) names
     for run in sorted((REPO / "validation/vllm-0.24/real").iterdir()):
         phase = vllm_validate.load_phase(run / "conv_light.json.gz")
         gpu = run.name.split("_")[0]
-        assert vllm_validate._gpu_mismatch({"hardware": {"gpu": gpu}}, phase) == [], run.name
+        assert vllm_validate._gpu_mismatch({"hardware": {"gpu": gpu}}, "t", phase) == [], run.name
 
 
 def test_the_simulation_starts_from_the_requests_as_submitted(tmp_path):

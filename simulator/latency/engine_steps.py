@@ -490,16 +490,13 @@ class EngineStepModel:
         key = "tokens" if prefill_tokens else "decode"
         if key in self._warned:
             return
-        self._warned.add(key)
         if prefill_tokens:
             kind = f"a step of {prefill_tokens + decode_seqs} tokens (largest measured: "
             kind += f"{self.tokens_measured})"
         else:
             kind = f"a decode-only batch of {decode_seqs} sequences (largest measured: "
             kind += f"{self.decode_seqs_measured})"
-        text = f"{self.name}: {kind} is beyond the table; extrapolated"
-        self.warnings.append(text)
-        warnings.warn(text, RuntimeWarning, stacklevel=3)
+        self._warn_once(key, f"{self.name}: {kind} is beyond the table; extrapolated")
 
     def _beyond_curve(self, decode_seqs: int) -> None:
         """Say once that a decode-only batch lies above the decode curve's last knot but within
@@ -507,16 +504,22 @@ class EngineStepModel:
         above the widest measured batch, or eager batches too few steps made a knot of. The
         curve there extends its last segment (`_curve_w`), which the held-out error does not
         cover."""
-        if "decode_curve" in self._warned:
-            return
-        self._warned.add("decode_curve")
-        text = (
+        self._warn_once(
+            "decode_curve",
             f"{self.name}: a decode-only batch of {decode_seqs} sequences is beyond the decode "
             f"curve's last measured size ({self.decode_knots[-1]}; widest decode-only batch "
-            f"measured: {self.decode_seqs_measured}); extrapolated"
+            f"measured: {self.decode_seqs_measured}); extrapolated",
         )
+
+    def _warn_once(self, key: str, text: str) -> None:
+        """Record ``text`` in the run's warnings and warn, the first time ``key`` is seen (a
+        caller on every step, `_beyond_table`, checks `_warned` first so as to build ``text``
+        only then); ``stacklevel`` points at `step_time`'s caller."""
+        if key in self._warned:
+            return
+        self._warned.add(key)
         self.warnings.append(text)
-        warnings.warn(text, RuntimeWarning, stacklevel=3)
+        warnings.warn(text, RuntimeWarning, stacklevel=4)
 
     def _own(self, r: dict) -> float:
         """The step's time from its regime's coefficients (its idle start included): what
