@@ -63,8 +63,8 @@ def engine_job(spec, model_dir: str, tp: int, shard: bool = False) -> dict:
     written for ``spec``, of one GPU's shard when ``shard``), TP, precision; with ``shard``,
     one GPU of the ``tp`` layout run at TP1 (``shard_tp``); for a mixture of experts, routers
     re-drawn after the dummy load so that a batch spreads over the experts as uniform routing
-    does (``routing: token_dependent``, `profiles.dummy_routing`; the shipped MoE tables predate
-    it, four of them are flagged by `simulator.latency.routing_check`; not yet run on a GPU).
+    does (``routing: token_dependent``, `profiles.dummy_routing`; every shipped MoE table was
+    recorded with it or passes `simulator.latency.routing_check` without it).
     One builder for `servesim profile` / `validate` and `run_all.py`, so that a table and the
     replay it is judged on are recorded the same way."""
     precision = {"weights": spec.weights, "kv_cache_dtype": spec.kv_cache_dtype}

@@ -92,9 +92,16 @@ def warmup_prefill_sizes(limit: int) -> list[int]:
     return sorted(sizes | {limit})
 
 
-def serve_env(tp: int) -> dict[str, str]:
-    """The environment a job's engine runs in (set before vLLM is imported)."""
+def serve_env(tp: int, model_cfg: dict | None = None) -> dict[str, str]:
+    """The environment a job's engine runs in (set before vLLM is imported). A block-wise FP8
+    model (``weight_block_size`` in its quantization config) runs with ``VLLM_USE_DEEP_GEMM=0``
+    unless the caller set it: vLLM 0.24 would JIT-compile DeepGEMM from headers the carried tree
+    lacks and the engine dies at start-up (DeepSeek-V3's shard, 2026-11-26: an 80 s failed start
+    when the variable was left to the caller)."""
     env = {k: os.environ.get(k, v) for k, v in SERVE_ENV.items()}
+    quant = (model_cfg or {}).get("quantization_config") or {}
+    if quant.get("weight_block_size"):
+        env["VLLM_USE_DEEP_GEMM"] = "0"
     env.update((k, os.environ[k]) for k in RECORDED_ENV if k in os.environ)
     env.update(MULTICAST_OFF)
     if tp in MULTIMEM_TP:
@@ -309,12 +316,12 @@ async def main_async(job: dict, out: Path) -> None:
     """Run ``job`` into ``out``; the one entry of a job, in its own process
     (``python -m profiles.vllm_run``) or in the CLI's (`profiles.vllm_cli`): the serving
     environment, NVLink multicast off included, is set here, before vLLM is imported."""
-    env = serve_env(job.get("tp", 1))
+    model_cfg = json.loads((Path(job["model_dir"]) / "config.json").read_text())
+    env = serve_env(job.get("tp", 1), model_cfg)
     os.environ.update(env)
     vllm_steps.install(str(out / "steps.jsonl"))
     prec = job_precision(job)
     cfg_adds, args = engine_precision(prec["weights"], prec["kv_cache_dtype"])
-    model_cfg = json.loads((Path(job["model_dir"]) / "config.json").read_text())
     if _quant_method(cfg_adds) != _quant_method(model_cfg):  # block-wise FP8 is still fp8
         raise SystemExit(f"{job['model_dir']}/config.json was not written for {prec['weights']}")
     load_format = _load_format(job, model_cfg)

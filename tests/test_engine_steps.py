@@ -1094,3 +1094,19 @@ def test_the_warm_up_compiles_every_fused_moe_configuration_before_a_phase():
         assert k in sizes and k + 1 in sizes
     assert sizes == sorted(set(sizes)) and sizes[-1] == 8192
     assert max(warmup_prefill_sizes(2048)) == 2048 and 2049 not in warmup_prefill_sizes(2048)
+
+
+def test_a_block_fp8_model_runs_without_deepgemm_unless_the_caller_says(monkeypatch):
+    """The carried vLLM cannot JIT-compile DeepGEMM, so a block-wise FP8 config (DeepSeek-V3's)
+    gets ``VLLM_USE_DEEP_GEMM=0``; a caller's own setting wins; other models get nothing."""
+    from profiles.hf_config import hf_config
+    from profiles.vllm_run import serve_env
+    from simulator.models import load_model
+
+    monkeypatch.delenv("VLLM_USE_DEEP_GEMM", raising=False)
+    block = hf_config(load_model({"base": "deepseek-v3", "weights": "fp8"}, "t", "model"))
+    assert serve_env(1, block)["VLLM_USE_DEEP_GEMM"] == "0"
+    assert "VLLM_USE_DEEP_GEMM" not in serve_env(1, hf_config(load_model("llama-3-8b", "t", "m")))
+    assert "VLLM_USE_DEEP_GEMM" not in serve_env(1)
+    monkeypatch.setenv("VLLM_USE_DEEP_GEMM", "1")
+    assert serve_env(1, block)["VLLM_USE_DEEP_GEMM"] == "1"
