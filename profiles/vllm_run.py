@@ -335,20 +335,7 @@ async def main_async(job: dict, out: Path) -> None:
     (out / "engine.json").write_text(json.dumps(facts, indent=1))
     print(json.dumps(facts), flush=True)
     vocab = model_cfg["vocab_size"]
-    # the engine's first requests pay one-time warm-up (seen: a 415 ms first step), which no
-    # recorded phase should carry. Decode batches pay theirs at first use too: Qwen3-30B-A3B's
-    # first replay phase had 0.8 s and 1.4 s steps at decode batches 3 and 6 in both recorded
-    # replays (validation/vllm-0.24/README.md), after the prefill warm-up, so a drain through
-    # every decode batch from WARMUP_DRAIN down to 1 follows it (first run in DeepSeek-V2-Lite's
-    # replay of 2026-11-26: no step above 300 ms after the warm-up). A Qwen3 replay with the
-    # drain still stalled, on the first steps of new fused-MoE configurations: one prompt of
-    # each configuration's size runs alone first (`warmup_prefill_sizes`; not yet on a GPU)
-    warm = Client(engine, vocab, seed=-1)
-    await asyncio.gather(*(warm.request(f"warmup/{i}", 512 * (i + 1), 8) for i in range(4)))
-    limit = min(facts["scheduler"]["max_num_batched_tokens"], facts["model"]["max_model_len"] - 1)
-    for n in warmup_prefill_sizes(limit):
-        await warm.request(f"warmup/p{n}", n, 1)  # one prompt alone: a step of n tokens
-    await asyncio.gather(*(warm.request(f"warmup/d{i}", 16, 2 + i) for i in range(WARMUP_DRAIN)))
+    await warm_up(engine, vocab, facts)
     energy = gpu_energy.EnergySampler(out / f"energy.{os.getpid()}.jsonl").start()
     t_idle = time.monotonic()
     await asyncio.sleep(2.0)  # an idle window: the engine's power with nothing to run
@@ -376,6 +363,25 @@ async def main_async(job: dict, out: Path) -> None:
     finally:
         energy.stop()
         engine.shutdown()
+
+
+async def warm_up(engine, vocab: int, facts: dict) -> None:
+    """Run, unrecorded, what a recorded phase would otherwise pay for first (comments below)."""
+    # the engine's first requests pay one-time warm-up (seen: a 415 ms first step), which no
+    # recorded phase should carry. Decode batches pay theirs at first use too: Qwen3-30B-A3B's
+    # first replay phase had 0.8 s and 1.4 s steps at decode batches 3 and 6 in both recorded
+    # replays (validation/vllm-0.24/README.md), after the prefill warm-up, so a drain through
+    # every decode batch from WARMUP_DRAIN down to 1 follows it (first run in DeepSeek-V2-Lite's
+    # replay of 2026-11-26: no step above 300 ms after the warm-up). A Qwen3 replay with the
+    # drain still stalled, on the first steps of new fused-MoE configurations: one prompt of
+    # each configuration's size runs alone first (`warmup_prefill_sizes`; on GPUs since
+    # 2026-11-26 evening)
+    warm = Client(engine, vocab, seed=-1)
+    await asyncio.gather(*(warm.request(f"warmup/{i}", 512 * (i + 1), 8) for i in range(4)))
+    limit = min(facts["scheduler"]["max_num_batched_tokens"], facts["model"]["max_model_len"] - 1)
+    for n in warmup_prefill_sizes(limit):
+        await warm.request(f"warmup/p{n}", n, 1)  # one prompt alone: a step of n tokens
+    await asyncio.gather(*(warm.request(f"warmup/d{i}", 16, 2 + i) for i in range(WARMUP_DRAIN)))
 
 
 def _load_format(job: dict, model_cfg: dict) -> str:

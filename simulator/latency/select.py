@@ -135,22 +135,7 @@ def build_latency(
     if expert_parallel:
         return _ep_roofline(sec, kind, table, model, gpu, tp, overhead_ms, where, expert_parallel,
                             collectives)  # fmt: skip
-    shipped = default_table_dir(model, gpu, tp, engine) if table is None else None
-    table_dir = shipped
-    if table is None and shipped is None and model.precision != Precision():
-        # the model's bf16 table, when shipped, is checked (and refused) so that the fallback to
-        # the roofline model, or the error of `profile`, says why it is not used
-        table_dir = default_table_dir(_bf16(model), gpu, tp, engine)
-    if table is not None:
-        table_dir = _resolve(table, Path(base_dir))
-        if table_dir is None:
-            raise sec.error("table", f"no profiled table folder at {table!r}")
-    mismatch = _table_mismatch(table_dir, model, tp) if table_dir is not None else None
-    if mismatch and (kind == "profile" or table is not None):
-        raise sec.error(
-            "table" if table is not None else "model",
-            f"{mismatch} (name a table measured for it with latency.table, or use model: roofline)",
-        )
+    table_dir, mismatch = _pick_table(sec, kind, table, model, gpu, tp, engine, base_dir)
     if table_dir is None or mismatch:
         if kind == "profile":
             raise sec.error(
@@ -168,6 +153,42 @@ def build_latency(
         raise sec.error("model", f"model.routing_skew is read by the roofline model only; the "
                         f"table {_label(table_dir)} timed its own router (use model: "
                         "roofline)")  # fmt: skip
+    return _table_latency(sec, table_dir, model, gpu, tp, coll_spec, collectives)
+
+
+def _pick_table(
+    sec: Section, kind: str, table: str | None, model: ModelSpec, gpu: GPUSpec, tp: int,
+    engine, base_dir,
+) -> tuple[Path | None, str | None]:  # fmt: skip
+    """The table folder ``latency`` points at (``table``, else the shipped one for the model,
+    GPU, TP and engine) and why it does not fit the model, if it does not. A named table, or
+    ``profile``, that does not fit is an error here; ``auto`` falls back (the caller)."""
+    shipped = default_table_dir(model, gpu, tp, engine) if table is None else None
+    table_dir = shipped
+    if table is None and shipped is None and model.precision != Precision():
+        # the model's bf16 table, when shipped, is checked (and refused) so that the fallback to
+        # the roofline model, or the error of `profile`, says why it is not used
+        table_dir = default_table_dir(_bf16(model), gpu, tp, engine)
+    if table is not None:
+        table_dir = _resolve(table, Path(base_dir))
+        if table_dir is None:
+            raise sec.error("table", f"no profiled table folder at {table!r}")
+    mismatch = _table_mismatch(table_dir, model, tp) if table_dir is not None else None
+    if mismatch and (kind == "profile" or table is not None):
+        raise sec.error(
+            "table" if table is not None else "model",
+            f"{mismatch} (name a table measured for it with latency.table, or use model: roofline)",
+        )
+    return table_dir, mismatch
+
+
+def _table_latency(
+    sec: Section, table_dir: Path, model: ModelSpec, gpu: GPUSpec, tp: int, coll_spec,
+    collectives,
+):  # fmt: skip
+    """The latency model of a table that fits: whole engine steps (`EngineStepModel`), one
+    GPU's shard of them plus the collectives (`ShardStepModel`), or per-op timings
+    (`ProfileLatencyModel`)."""
     from simulator.latency.engine_steps import EngineStepModel, is_engine_table
 
     engine_table = is_engine_table(table_dir)
