@@ -92,7 +92,7 @@ PAIRS = (
     Pair("h200", "llama-3-70b", 2, load=0.25), Pair("h200", "llama-3-70b-fp8", 2, load=0.45),
     # architectures: a mixture of experts and a sliding-window model (issue 15)
     Pair("h200", "qwen3-30b-a3b", load=1.25), Pair("h200", "gemma-3-27b", load=0.3),
-    Pair("h200", "deepseek-v2-lite", load=2.6),  # MLA + MoE; dummy routing (flagged)
+    Pair("h200", "deepseek-v2-lite", load=2.6),  # MLA + MoE; token-dependent routing since 11-26
     # token-dependent routing on an H100 (loads scaled by the bandwidth ratio, 2.6 / 1.43); no
     # real run yet: its table and replay should come from one H100 (profiles/README.md)
     Pair("h100", "deepseek-v2-lite", load=1.8),
