@@ -1,0 +1,77 @@
+"""How long vLLM's loop holds a decode step's output while it launches a prompt step behind it,
+read from the raw step stamps of recorded runs (profiling or serving; no GPU needed).
+
+Why: with async scheduling vLLM plans step P while step D runs, launches P, and only then
+returns D's output, so D's stamp interval carries P's launch. The tables attribute that wait
+from stamp intervals and a fitted step model (`simulator.latency.engine_steps`); this reads it
+straight from the stamps, the same way for a profiling run and a serving replay, so the two can
+be compared: DeepSeek-V2-Lite with token-dependent routing on one H200 held 83 ms (profiling)
+against 68 ms (serving) behind prompt steps of 1-4k tokens, and 55 / 58 ms on dummy routing
+(validation/vllm-0.24/README.md).
+
+A launch here: D carries no prompt tokens and runs decodes, P carries prompt tokens and was
+planned within `MAX_PLAN_GAP_S` of D (a step planned later waited for something else); the
+launch is ``t_done(D) - t_sched(P)``. Printed per size of P (prompt tokens + decodes).
+
+Run: ``python -m profiles.diag_launch RUN_DIR [RUN_DIR ...]`` (folders with steps.jsonl.*).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from profiles.vllm_steps import read_steps
+
+#: a prompt step planned more than this after the decode step it follows is not launched behind
+#: it (the loop was waiting for something else first)
+MAX_PLAN_GAP_S = 0.030
+#: sizes of the launched step (prompt tokens + decodes) the report groups by
+SIZE_EDGES = (0, 512, 1024, 4096, 8192, 1 << 30)
+
+
+def prompt_tokens(step: dict) -> int:
+    """The prompt tokens a logged step ran (``pf``: [request, tokens, cached] per chunk)."""
+    return sum(chunk[1] for chunk in step.get("pf", ()))
+
+
+def launches(steps: list[dict]) -> list[tuple[int, float]]:
+    """(size of the launched step, launch seconds) of each decode step followed by a prompt
+    step launched behind it (module docstring); ``steps`` in completion order."""
+    out = []
+    for d, p in zip(steps, steps[1:], strict=False):
+        if prompt_tokens(d) or not d.get("nd") or not prompt_tokens(p):
+            continue
+        if 0 < p["t_sched"] - d["t_sched"] <= MAX_PLAN_GAP_S:
+            out.append((prompt_tokens(p) + p.get("nd", 0), d["t_done"] - p["t_sched"]))
+    return out
+
+
+def by_size(found: list[tuple[int, float]]) -> list[dict]:
+    """Count and p10 / p50 / p90 (ms) of the launches per size range (`SIZE_EDGES`)."""
+    rows = []
+    for lo, hi in zip(SIZE_EDGES, SIZE_EDGES[1:], strict=False):
+        ms = [w * 1e3 for n, w in found if lo < n <= hi]
+        if ms:
+            p10, p50, p90 = np.percentile(ms, [10, 50, 90])
+            rows.append({"tokens": f"{lo + 1}-{hi}", "n": len(ms), "p10": p10, "p50": p50,
+                         "p90": p90})  # fmt: skip
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("runs", nargs="+", help="run folders holding steps.jsonl.*")
+    for run in ap.parse_args(argv).runs:
+        steps = read_steps(str(Path(run) / "steps.jsonl"))
+        print(f"{run}: {len(steps)} steps")
+        for r in by_size(launches(steps)):
+            print(f"  {r['tokens']:>14} tokens: {r['n']:4d} launches, p10 / p50 / p90 "
+                  f"{r['p10']:.1f} / {r['p50']:.1f} / {r['p90']:.1f} ms")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,28 @@
+"""The launch read from raw step stamps (`profiles.diag_launch`), on hand-built steps."""
+
+from profiles.diag_launch import by_size, launches
+
+
+def _step(t_sched, t_done, nd, prompts=()):
+    return {
+        "t_sched": t_sched,
+        "t_done": t_done,
+        "nd": nd,
+        "pf": [[f"r{n}", n, 0] for n in prompts],
+    }
+
+
+def test_a_launch_is_the_decode_steps_output_after_the_prompt_steps_plan():
+    steps = [
+        _step(0.000, 0.010, 4),  # decode; the next plans 5 ms later: a launch of 0.010 - 0.005
+        _step(0.005, 0.013, 4, [2000]),
+        _step(0.013, 0.020, 5),  # decode followed by a prompt planned 40 ms later: not a launch
+        _step(0.053, 0.060, 5, [100]),
+        _step(0.060, 0.090, 0, [3000]),  # a prompt step behind a prompt step: not counted
+        _step(0.091, 0.200, 6),  # decode, then a prompt step planned 10 ms later
+        _step(0.101, 0.210, 2, [5000, 1000]),
+    ]
+    assert launches(steps) == [(2004, 0.010 - 0.005), (6002, 0.200 - 0.101)]
+    rows = by_size(launches(steps))
+    assert [(r["tokens"], r["n"]) for r in rows] == [("1025-4096", 1), ("4097-8192", 1)]
+    assert abs(rows[0]["p50"] - 5.0) < 1e-9 and abs(rows[1]["p50"] - 99.0) < 1e-9
