@@ -31,9 +31,11 @@ from typing import ClassVar
 
 from policies.base import Policy
 from policies.common import (
+    batching_params,
     grow_decodes,
     newest_running,
     prefix_hit,
+    read_watermark,
     start_from_cache,
     too_long,
 )
@@ -65,18 +67,12 @@ class ChunkedPrefill(Policy):
                 f"expected >= max_num_seqs {self.max_num_seqs} (every running decode needs a "
                 f"token of the budget), got {self.max_num_batched_tokens}",
             )
-        self.watermark = sec.num("watermark", d["watermark"], min=0, max=0.5)
-        self._watermark_blocks = int(self.watermark * engine["num_blocks"])
+        self.watermark, self._watermark_blocks = read_watermark(sec, engine, d["watermark"])
         self.preemption = Preemption(sec, engine)
         self.token_budget = self.max_num_batched_tokens
 
     def params(self) -> dict:
-        return {
-            "max_num_seqs": self.max_num_seqs,
-            "max_num_batched_tokens": self.max_num_batched_tokens,
-            "watermark": self.watermark,
-            **self.preemption.params(),
-        }
+        return batching_params(self)
 
     def schedule(self, replica, now: float) -> StepPlan:
         pre = self.preemption

@@ -5,6 +5,25 @@ from __future__ import annotations
 from simulator.request import Request
 
 
+def read_watermark(sec, engine: dict, default: float) -> tuple[float, int]:
+    """``scheduler.watermark`` (the fraction of KV blocks admission keeps free, as vLLM v0's
+    block manager does) and the block count it reserves on this engine."""
+    watermark = sec.num("watermark", default, min=0, max=0.5)
+    return watermark, int(watermark * engine["num_blocks"])
+
+
+def batching_params(policy) -> dict:
+    """The resolved parameters of a policy that batches up to ``max_num_seqs`` sequences and
+    ``max_num_batched_tokens`` tokens a step, keeps a ``watermark`` and preempts
+    (``policy.preemption``), as written to config.yaml."""
+    return {
+        "max_num_seqs": policy.max_num_seqs,
+        "max_num_batched_tokens": policy.max_num_batched_tokens,
+        "watermark": policy.watermark,
+        **policy.preemption.params(),
+    }
+
+
 def grow_decodes(replica, preempt=None) -> bool:
     """Give every decode-set member the KV it needs for the next decode step.
 

@@ -24,7 +24,7 @@ a new request starts after its cached prefix (policies.common.prefix_hit).
 from __future__ import annotations
 
 from policies.base import Policy
-from policies.common import admit_whole_prompts, grow_decodes
+from policies.common import admit_whole_prompts, batching_params, grow_decodes, read_watermark
 from policies.preemption import Preemption
 from simulator.cfg import Section
 from simulator.plan import DECODE, IDLE, StepPlan
@@ -46,18 +46,12 @@ class ContinuousBatching(Policy):
                 f"expected >= max_model_len {max_len} without chunked prefill, "
                 f"got {self.max_num_batched_tokens}",
             )
-        self.watermark = sec.num("watermark", 0.01, min=0, max=0.5)
-        self._watermark_blocks = int(self.watermark * engine["num_blocks"])
+        self.watermark, self._watermark_blocks = read_watermark(sec, engine, 0.01)
         self.preemption = Preemption(sec, engine)
         self.token_budget = self.max_num_batched_tokens
 
     def params(self) -> dict:
-        return {
-            "max_num_seqs": self.max_num_seqs,
-            "max_num_batched_tokens": self.max_num_batched_tokens,
-            "watermark": self.watermark,
-            **self.preemption.params(),
-        }
+        return batching_params(self)
 
     def schedule(self, replica, now: float) -> StepPlan:
         pre = self.preemption

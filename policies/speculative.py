@@ -43,7 +43,7 @@ from __future__ import annotations
 import numpy as np
 
 from policies.base import Policy
-from policies.common import admit_whole_prompts, newest_running
+from policies.common import admit_whole_prompts, newest_running, read_watermark
 from simulator.cfg import Section
 from simulator.models import load_model
 from simulator.plan import IDLE, StepPlan
@@ -90,8 +90,7 @@ class Speculative(Policy):
                 f"got {self.max_num_batched_tokens}",
             )
         self.token_budget = self.max_num_batched_tokens
-        self.watermark = sec.num("watermark", 0.01, min=0, max=0.5)
-        self._watermark_blocks = int(self.watermark * engine["num_blocks"])
+        self.watermark, self._watermark_blocks = read_watermark(sec, engine, 0.01)
         self.rng = engine.get("rng") or np.random.default_rng(0)
         self._credit: dict[int, float] = {}  # acceptance: expected — fractional accepted drafts
         self.stats = {"verify_steps": 0, "verified_seqs": 0, "emitted_tokens": 0}
