@@ -38,3 +38,24 @@ def test_report_on_another_table_runs_only_that_pair_and_writes_where_told(tmp_p
         assert res["metrics"] == ref[case]["metrics"]
     assert shipped.read_bytes() == before
     assert (tmp_path / "summary.md").is_file() and (tmp_path / "table.md").is_file()
+
+
+def test_the_totals_count_every_value_per_served_model_and_over_all(monkeypatch):
+    monkeypatch.syspath_prepend(str(RUN_ALL.parent))
+    from run_all import totals_table
+
+    def case(*errs):
+        return {"metrics": [{"err": e} for e in errs]}
+
+    got = totals_table(
+        {
+            "h200/a/conv_light": case(0.01, -0.2),
+            "h200/a/arxiv_light": case(0.03, 0.17),
+            "h100/b/conv_light": case(-0.1, 0.15),
+        }  # fmt: skip
+    )
+    rows = [line.split(" | ") for line in got.splitlines()[2:]]
+    # h200/a: |errors| 0.01, 0.2, 0.03, 0.17 -> median 0.1, two beyond 15%; 0.15 is not beyond
+    assert rows[0] == ["| h200/a", "4", "10.0%", "2", "20% |"]
+    assert rows[1] == ["| h100/b", "2", "12.5%", "0", "15% |"]
+    assert rows[2] == ["| all", "6", "12.5%", "2", "20% |"]

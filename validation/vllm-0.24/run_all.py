@@ -20,6 +20,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 HERE = Path(__file__).resolve().parent
@@ -295,6 +296,25 @@ def interval_table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def totals_table(results: dict, miss: float = 0.15) -> str:
+    """The published counts: per served model and over every case, how many metric values
+    (all 14 a case), their median |error|, how many lie beyond ``miss`` and the largest."""
+    by: dict[str, list[float]] = {}
+    for case, r in results.items():
+        by.setdefault(case.rsplit("/", 1)[0], []).extend(abs(m["err"]) for m in r["metrics"])
+    by["all"] = [e for errs in list(by.values()) for e in errs]
+    lines = [
+        f"| served model | values | median abs error | beyond {miss:.0%} | max |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for pair, errs in by.items():
+        lines.append(
+            f"| {pair} | {len(errs)} | {float(np.median(errs)):.1%} "
+            f"| {sum(e > miss for e in errs)} | {max(errs):.0%} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("phase", choices=["arrivals", "report"])
@@ -326,6 +346,7 @@ def main() -> int:
     (out / "table.md").write_text(table(results) + "\n")
     (out / "summary.md").write_text(summary_table(results) + "\n")
     (out / "intervals.md").write_text(interval_table(results) + "\n")
+    (out / "totals.md").write_text(totals_table(results) + "\n")
     return 0
 
 
