@@ -54,6 +54,10 @@ class ChunkedPrefill(Policy):
         "watermark": 0.01,
     }
 
+    #: running-sequence slots still held by requests that finished in the step just run (a
+    #: scheduler that plans before it processes outputs: `policies.vllm`); 0 here
+    _held_slots = 0
+
     def __init__(self, sec: Section, engine: dict):
         super().__init__(sec, engine)
         d = self.defaults
@@ -124,7 +128,8 @@ class ChunkedPrefill(Policy):
         """Admit waiting requests FCFS while budget and sequences last; ``cutoff``: requests
         (never preempted) queued later are not yet visible to the scheduler."""
         waiting, kv, pre = replica.waiting, replica.kv, self.preemption
-        while budget > 0 and waiting and len(replica.running) < self.max_num_seqs:
+        max_running = self.max_num_seqs - self._held_slots
+        while budget > 0 and waiting and len(replica.running) < max_running:
             req = waiting[0]
             if req.queued_s > cutoff and req.num_preemptions == 0:
                 break

@@ -82,6 +82,28 @@ def test_async_arrival_during_a_step_waits_one_more_step():
     assert by_id(sync)[1].first_scheduled_s == 2.0
 
 
+def test_a_finished_request_holds_its_running_slot_for_one_more_plan():
+    # rule 8: max_num_seqs 2. r0 (4 + 2 tokens) and r1 (4 + 8) prefill in step 0->1; r0's last
+    # token comes in step 1->2. vLLM plans step 2->3 before it processes step 1->2's outputs,
+    # so r0 still holds its slot and r2 (waiting since 0) first runs in step 3->4; planned with
+    # r0's slot free (synchronous scheduling), it runs in step 2->3.
+    params = {"max_num_seqs": 2}
+    reqs, _, _ = run([spec(0, 4, 2), spec(0, 4, 8), spec(0, 4, 1)], "vllm", params)
+    r = by_id(reqs)
+    assert r[0].finish_s == 2.0 and r[2].first_scheduled_s == 3.0
+    sync, _, _ = run(
+        [spec(0, 4, 2), spec(0, 4, 8), spec(0, 4, 1)], "vllm", {**params, "async_scheduling": False}
+    )
+    assert by_id(sync)[2].first_scheduled_s == 2.0
+
+
+def test_with_nothing_else_to_run_a_finished_requests_slot_frees_at_once():
+    # rule 8: max_num_seqs 1; r0 finishes at 2 and nothing else runs, so vLLM processes the
+    # outputs and plans again: r1 runs at once
+    reqs, _, _ = run([spec(0, 4, 2), spec(0, 4, 1)], "vllm", {"max_num_seqs": 1})
+    assert by_id(reqs)[1].first_scheduled_s == 2.0
+
+
 def test_async_idle_engine_plans_an_arrival_at_once():
     # rule 6: with nothing else to run the arrival is planned immediately
     reqs, _, _ = run([spec(0, 4, 1), spec(5.0, 4, 1)], "vllm")
