@@ -54,10 +54,6 @@ class ChunkedPrefill(Policy):
         "watermark": 0.01,
     }
 
-    #: running-sequence slots still held by requests that finished in the step just run (a
-    #: scheduler that plans before it processes outputs: `policies.vllm`); 0 here
-    _held_slots = 0
-
     def __init__(self, sec: Section, engine: dict):
         super().__init__(sec, engine)
         d = self.defaults
@@ -123,12 +119,15 @@ class ChunkedPrefill(Policy):
         return kv.can_allocate(req, upto, self._watermark_blocks)
 
     def _admit_waiting(
-        self, replica, now: float, budget: int, chunks: list, cutoff: float = math.inf
-    ) -> None:
+        self, replica, now: float, budget: int, chunks: list, cutoff: float = math.inf,
+        held: int = 0,
+    ) -> None:  # fmt: skip
         """Admit waiting requests FCFS while budget and sequences last; ``cutoff``: requests
-        (never preempted) queued later are not yet visible to the scheduler."""
+        (never preempted) queued later are not yet visible to the scheduler; ``held``: running
+        slots still taken by requests that finished in the step just run (a scheduler that
+        plans before it processes outputs: `policies.vllm`, rule 8)."""
         waiting, kv, pre = replica.waiting, replica.kv, self.preemption
-        max_running = self.max_num_seqs - self._held_slots
+        max_running = self.max_num_seqs - held
         while budget > 0 and waiting and len(replica.running) < max_running:
             req = waiting[0]
             if req.queued_s > cutoff and req.num_preemptions == 0:

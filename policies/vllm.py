@@ -113,18 +113,16 @@ class Vllm(ChunkedPrefill):
             cutoff = self._running_since  # arrivals during the running step wait one more
             held = finished  # rule 8: they leave `running` after this plan
         idle = self._running_since is None
-        self._held_slots = held
-        plan = self._plan(replica, now, cutoff, idle)
+        plan = self._plan(replica, now, cutoff, idle, held)
         if plan is IDLE and (cutoff < now or held):
             # nothing else to run: vLLM processes the running step's outputs and plans again,
             # so the arrival is planned at once (it is already in the input queue: the loop
             # does not block and wake, not an idle plan) and finished requests have left
-            self._held_slots = 0
-            plan = self._plan(replica, now, now, False)
+            plan = self._plan(replica, now, now, False, 0)
         self._running_since = None if plan is IDLE else now
         return plan
 
-    def _plan(self, replica, now: float, cutoff: float, idle: bool) -> StepPlan:
+    def _plan(self, replica, now: float, cutoff: float, idle: bool, held: int) -> StepPlan:
         pre = self.preemption
         budget = self.max_num_batched_tokens
         before = pre.stats["recompute"] + pre.stats["swap"]
@@ -134,7 +132,7 @@ class Vllm(ChunkedPrefill):
         chunks: list = []
         budget = self._continue_prefills(replica, budget, chunks)
         if pre.stats["recompute"] + pre.stats["swap"] == before:
-            self._admit_waiting(replica, now, budget, chunks, cutoff)
+            self._admit_waiting(replica, now, budget, chunks, cutoff, held)
         decode = len(replica.decoding) > 0
         extra = pre.take_extra_s()
         if not chunks and not decode and not extra:

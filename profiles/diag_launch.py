@@ -33,7 +33,8 @@ SIZE_EDGES = (0, 512, 1024, 4096, 8192, 1 << 30)
 
 
 def prompt_tokens(step: dict) -> int:
-    """The prompt tokens a logged step ran (``pf``: [request, tokens, cached] per chunk)."""
+    """The prompt tokens a logged step ran (``pf``: [request, tokens, tokens before] per chunk,
+    `profiles.vllm_steps`)."""
     return sum(chunk[1] for chunk in step.get("pf", ()))
 
 
