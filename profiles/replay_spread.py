@@ -1,0 +1,71 @@
+"""vLLM against itself: the client-side metrics of two serving replays of the same arrivals.
+
+Why: the validation compares one simulation with one replay, metric by metric (a percentile of
+TTFT, TPOT, ITL or E2E, or throughput). A replay is one draw of the engine's timing: launches
+wait on the host's CPU, and near saturation queueing amplifies a few percent of step time into
+tens of percent on tails. Replaying the same arrivals again (on the same machine minutes later,
+or on another machine of the same kind) measures how far vLLM lands from itself on each of
+those metrics: the scale any single comparison can resolve (validation/vllm-0.24/README.md,
+"vLLM against itself").
+
+Both runs are read as the report reads a real run (`profiles.vllm_validate.real_metrics`, vLLM's
+benchmark definitions) and compared as ``b / a - 1``, ``a`` the reference (the replay the
+simulator is validated on). Two runs of other arrivals or another served model are refused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from profiles.vllm_validate import METRICS, load_phase, real_metrics
+from simulator.errors import ConfigError
+
+#: fingerprint fields two replays must share to be the same experiment
+SAME = ("arrivals_sha256_16", "num_requests", "model", "gpu", "tp", "engine")
+
+
+def check_same_arrivals(fa: dict, fb: dict, where: str) -> None:
+    """Refuse two replays whose fingerprints differ on a field of `SAME` (``where``: the second
+    run's file, named in the error)."""
+    for key in SAME:
+        if key in fa and fa.get(key) != fb.get(key):
+            raise ConfigError(where, f"fingerprint.{key}",
+                              f"expected {fa[key]!r} (as in the first run), got {fb.get(key)!r}: "
+                              "not a replay of the same experiment")  # fmt: skip
+
+
+def metric_values(phase: dict) -> dict[str, float]:
+    """``{"ttft_s.p95": seconds, ...}`` of a replay phase: every metric of `METRICS`."""
+    m = real_metrics(phase)
+    return {f"{sec}.{st}": float(m[sec][st]) for sec, st in METRICS}
+
+
+def compare_phases(pa: dict, pb: dict, where: str) -> dict:
+    """One case: each metric's two values and ``err = b / a - 1``, with the case's median and
+    largest ``|err|`` (the shape of a validation report's case, so its tables read it)."""
+    check_same_arrivals(pa.get("fingerprint", {}), pb.get("fingerprint", {}), where)
+    va, vb = metric_values(pa), metric_values(pb)
+    rows = [{"metric": k, "a": va[k], "b": vb[k], "err": vb[k] / va[k] - 1} for k in va]
+    errs = np.abs([r["err"] for r in rows])
+    return {"metrics": rows, "median_abs_err": float(np.median(errs)),
+            "max_abs_err": float(errs.max())}  # fmt: skip
+
+
+def compare_runs(run_a: Path, run_b: Path, cases: list[str]) -> dict[str, dict]:
+    """`compare_phases` for every case stored in both run folders (``<case>.json.gz``); a case
+    stored in one only is skipped; none in common is a ConfigError naming ``run_b``."""
+    out = {}
+    for case in cases:
+        fa, fb = run_a / f"{case}.json.gz", run_b / f"{case}.json.gz"
+        if fa.is_file() and fb.is_file():
+            out[case] = compare_phases(load_phase(fa), load_phase(fb), str(fb))
+    if not out:
+        want = ", ".join(cases)
+        raise ConfigError(str(run_b), "", f"no case stored in both runs (expected "
+                          f"<case>.json.gz for one of {want} beside {run_a})")  # fmt: skip
+    return out
+
+
+__all__ = ["compare_runs", "compare_phases", "check_same_arrivals", "metric_values", "SAME"]

@@ -1,0 +1,97 @@
+"""`profiles.replay_spread`: two serving replays of the same arrivals, compared metric by
+metric (CPU; hand-built replays whose differences are known exactly)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from profiles.replay_spread import compare_phases, compare_runs
+from simulator.errors import ConfigError
+
+PRINT = {"arrivals_sha256_16": "abc", "num_requests": 3, "model": "m", "gpu": "h200", "tp": 1,
+         "engine": "vllm-0.24.0"}  # fmt: skip
+
+
+def _phase(scale: float, fingerprint: dict | None = None) -> dict:
+    """Three requests submitted at 0, 1 and 2 s; every time after its submission x ``scale``
+    (so every latency x ``scale``, and the span from the first submission to the last token
+    too, apart from the submissions themselves)."""
+    reqs = {}
+    for i in range(3):
+        t0 = float(i)
+        outs = [[t0 + scale * d, 1] for d in (0.1 * (i + 1), 0.3 + 0.1 * i, 0.6 + 0.2 * i)]
+        reqs[f"r{i}"] = {"t_submit": t0, "times": outs}
+    return {"requests": reqs, "fingerprint": dict(fingerprint or PRINT)}
+
+
+def test_twice_as_slow_everywhere_is_plus_100_percent_on_every_latency():
+    got = compare_phases(_phase(1.0), _phase(2.0), "b.json.gz")
+    by = {m["metric"]: m for m in got["metrics"]}
+    for name, m in by.items():
+        if not name.startswith("throughput"):
+            assert m["b"] == pytest.approx(2 * m["a"]), name
+            assert m["err"] == pytest.approx(1.0), name
+    # throughput: 3 requests over first submission (0 s) to last token; a: 2 + 1.0 = 3.0 s,
+    # b: 2 + 2.0 = 4.0 s -> 3/3 and 3/4 req/s
+    assert by["throughput.requests_per_s"]["a"] == pytest.approx(1.0)
+    assert by["throughput.requests_per_s"]["err"] == pytest.approx(0.75 - 1)
+    assert got["median_abs_err"] == pytest.approx(1.0)
+    assert got["max_abs_err"] == pytest.approx(1.0)
+
+
+def test_the_same_run_twice_differs_by_nothing():
+    got = compare_phases(_phase(1.3), _phase(1.3), "b.json.gz")
+    assert [m["err"] for m in got["metrics"]] == [0.0] * len(got["metrics"])
+
+
+@pytest.mark.parametrize("field", ["arrivals_sha256_16", "model", "gpu"])
+def test_a_replay_of_other_arrivals_or_another_model_is_refused(field):
+    other = dict(PRINT, **{field: "other"})
+    with pytest.raises(ConfigError) as e:
+        compare_phases(_phase(1.0), _phase(1.0, other), "runs/b/conv_light.json.gz")
+    assert e.value.where == "runs/b/conv_light.json.gz"
+    assert e.value.key == f"fingerprint.{field}"
+    assert "'other'" in e.value.message and "same experiment" in e.value.message
+
+
+def _store(folder, case: str, phase: dict) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    with gzip.open(folder / f"{case}.json.gz", "wt") as f:
+        json.dump(phase, f)
+
+
+def test_runs_compare_the_cases_both_hold_and_refuse_none_in_common(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    _store(a, "conv_light", _phase(1.0))
+    _store(a, "conv_heavy", _phase(1.0))
+    _store(b, "conv_light", _phase(1.5))
+    got = compare_runs(a, b, ["conv_light", "conv_heavy", "arxiv_light"])
+    assert list(got) == ["conv_light"]
+    assert got["conv_light"]["median_abs_err"] == pytest.approx(0.5)
+    with pytest.raises(ConfigError) as e:
+        compare_runs(a, b, ["arxiv_light"])
+    assert e.value.where == str(b) and "no case stored in both runs" in e.value.message
+
+
+SCRIPT = Path(__file__).resolve().parents[1] / "validation/vllm-0.24/replay_spread.py"
+
+
+def test_the_script_compares_two_stored_replays_and_names_a_missing_half():
+    runs = SCRIPT.parent / "serving_repeats"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--a", str(runs / "h200_qwen3-30b-a3b_host2_first"),
+         "--b", str(runs / "h200_qwen3-30b-a3b_host2_second")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    # six cases x 14 values; the published figures (validation/vllm-0.24/README.md)
+    assert "| all | 84 | 4.4% | 16 | 33% |" in done.stdout
+    half = subprocess.run([sys.executable, str(SCRIPT), "--a", str(runs)],
+                          capture_output=True, text=True)  # fmt: skip
+    assert half.returncode == 2 and "--a and --b go together" in half.stderr

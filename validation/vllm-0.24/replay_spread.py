@@ -1,0 +1,151 @@
+"""vLLM against itself: every stored pair of serving replays of the same arrivals, compared as
+the validation compares the simulator with a replay (`profiles.replay_spread`).
+
+    python validation/vllm-0.24/replay_spread.py            # writes spread.md beside this file
+    python validation/vllm-0.24/replay_spread.py --a RUN --b RUN   # any two replays, printed
+
+Beside each comparison it prints the simulator's own error on the reference replay (the shipped
+report's ``report.json``), so the two distances read side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))
+sys.path.insert(0, str(HERE))
+
+from run_all import PAIRS, cases, report, totals_table  # noqa: E402
+
+from profiles.replay_spread import compare_runs  # noqa: E402
+from simulator.errors import ConfigError  # noqa: E402
+
+MISS = 0.15
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """Two replays of one served model's cases: ``a`` the reference (the replay the shipped
+    report validates on, where it is one of the two), ``b`` the other."""
+
+    key: str  # the report's served-model key, e.g. h200/llama-3-8b
+    how: str  # what differs between the two runs
+    a: str  # run folders, relative to this folder
+    b: str
+
+
+REPEATS = (
+    Repeat("h200/qwen3-30b-a3b", "same H200, minutes apart",
+           "serving_repeats/h200_qwen3-30b-a3b_host2_first",
+           "serving_repeats/h200_qwen3-30b-a3b_host2_second"),
+    Repeat("h200/qwen3-30b-a3b", "two H200s", "real/h200_qwen3-30b-a3b",
+           "serving_repeats/h200_qwen3-30b-a3b_host2_first"),
+    Repeat("h200/qwen3-30b-a3b", "two H200s (a third; five cases)", "real/h200_qwen3-30b-a3b",
+           "serving_repeats/h200_qwen3-30b-a3b_host3"),
+    Repeat("h200/llama-3-8b", "two H200s", "real/h200_llama-3-8b",
+           "serving_repeats/h200_llama-3-8b_host2"),
+    Repeat("h200/qwen2.5-7b", "two H200s", "real/h200_qwen2.5-7b",
+           "serving_repeats/h200_qwen2.5-7b_earlier_host"),
+    Repeat("h100/llama-3-8b", "two H100s", "real/h100_llama-3-8b",
+           "h100_llama-3-8b_3pass/real/h100_llama-3-8b"),
+    Repeat("h100/qwen2.5-7b", "two H100s", "real/h100_qwen2.5-7b",
+           "serving_repeats/h100_qwen2.5-7b_earlier_host"),
+)  # fmt: skip
+
+
+def case_names() -> list[str]:
+    return [f"{trace}_{load}" for trace, load, _ in cases()]
+
+
+def _stats(errs: list[float]) -> tuple[str, str, str]:
+    """Median |error|, how many beyond `MISS`, the largest, formatted."""
+    a = np.abs(errs)
+    return f"{np.median(a):.1%}", str(int((a > MISS).sum())), f"{a.max():.0%}"
+
+
+def simulated_against(rep: Repeat, run: str) -> dict:
+    """The validation report (shipped table, `vllm` policy) of ``rep``'s served model against
+    the replay in ``run`` (a folder relative to this one), as `run_all.report` makes it."""
+    (pair,) = [p for p in PAIRS if p.key == rep.key]
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / pair.name).symlink_to((HERE / run).resolve())
+        return report(Path(tmp))
+
+
+def _errs(results: dict) -> list[float]:
+    return [m["err"] for r in results.values() for m in r["metrics"]]
+
+
+def spread_table(found: list[tuple[Repeat, dict]]) -> str:
+    """Per pair of replays: values, median |b/a - 1|, how many beyond 15%, max; beside it the
+    simulator's error (its shipped table, the `vllm` policy) against each of the two replays."""
+    lines = [
+        "| served model | replays | values | median abs difference | beyond 15% | max "
+        "| servesim vs a: median, beyond, max | servesim vs b |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for rep, res in found:
+        errs = _errs(res)
+        sim = [", ".join(_stats(_errs(simulated_against(rep, run)))) for run in (rep.a, rep.b)]
+        lines.append(f"| {rep.key} | {rep.how} | {len(errs)} | {' | '.join(_stats(errs))} "
+                     f"| {sim[0]} | {sim[1]} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def by_metric_table(found: list[tuple[Repeat, dict]], sim: dict) -> str:
+    """Per metric, over the comparisons whose reference is a shipped replay: how many of the
+    replay-to-replay differences and of the simulator's errors on the same cases lie beyond 15%
+    (counted per comparison: a served model compared with two other replays counts its
+    simulator errors twice, once beside each)."""
+    rep_miss: dict[str, list[int]] = {}
+    sim_miss: dict[str, list[int]] = {}
+    for rep, res in found:
+        if not rep.a.startswith("real/"):
+            continue
+        for case, r in res.items():
+            for m in r["metrics"]:
+                rep_miss.setdefault(m["metric"], []).append(abs(m["err"]) > MISS)
+            for m in sim.get(f"{rep.key}/{case}", {}).get("metrics", []):
+                sim_miss.setdefault(m["metric"], []).append(abs(m["err"]) > MISS)
+    lines = ["| metric | replay vs replay beyond 15% | servesim vs replay beyond 15% |",
+             "| --- | --- | --- |"]  # fmt: skip
+    for metric, flags in rep_miss.items():
+        s = sim_miss.get(metric, [])
+        lines.append(f"| {metric} | {sum(flags)} of {len(flags)} | {sum(s)} of {len(s)} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--a", help="a reference replay folder (with --b: compare these two only)")
+    ap.add_argument("--b", help="the other replay folder")
+    ap.add_argument("--out", default=str(HERE / "spread.md"), help="where the tables go")
+    a = ap.parse_args(argv)
+    if bool(a.a) != bool(a.b):
+        ap.error("--a and --b go together (two replay folders)")
+    try:
+        if a.a:
+            res = compare_runs(Path(a.a), Path(a.b), case_names())
+            print(totals_table({f"{a.b}/{c}": r for c, r in res.items()}, MISS))
+            return 0
+        found = [(r, compare_runs(HERE / r.a, HERE / r.b, case_names())) for r in REPEATS]
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    sim = json.loads((HERE / "report.json").read_text())
+    text = spread_table(found) + "\n\n" + by_metric_table(found, sim) + "\n"
+    Path(a.out).write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
