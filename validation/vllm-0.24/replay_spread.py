@@ -123,6 +123,33 @@ def by_metric_table(found: list[tuple[Repeat, dict]], sim: dict) -> str:
     return "\n".join(lines)
 
 
+def within_replays_table(found: list[tuple[Repeat, dict]], sim: dict) -> str:
+    """Per served model with a shipped replay and at least one other: of the simulator's values
+    beyond 15% of the shipped replay, how many lie between the smallest and the largest value
+    the replays of that case gave (the shipped one and every other stored one)."""
+    span: dict[str, dict[str, list[float]]] = {}
+    for rep, res in found:
+        if not rep.a.startswith("real/"):
+            continue
+        for case, r in res.items():
+            per = span.setdefault(f"{rep.key}/{case}", {})
+            for m in r["metrics"]:
+                per.setdefault(m["metric"], [m["a"]]).append(m["b"])
+    counts: dict[str, list[int]] = {}  # served model -> [replays a case, misses, inside]
+    for case, per in span.items():
+        row = counts.setdefault(case.rsplit("/", 1)[0], [0, 0, 0])
+        row[0] = max(row[0], len(next(iter(per.values()))))
+        for m in sim[case]["metrics"]:
+            if abs(m["err"]) > MISS:
+                vals = per[m["metric"]]
+                row[1] += 1
+                row[2] += min(vals) <= m["sim"] <= max(vals)
+    lines = ["| served model | replays of a case | servesim beyond 15% of the shipped replay "
+             "| of those, between the replays' values |", "| --- | --- | --- | --- |"]  # fmt: skip
+    lines += [f"| {key} | {n} | {miss} | {inside} |" for key, (n, miss, inside) in counts.items()]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--a", help="a reference replay folder (with --b: compare these two only)")
@@ -141,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     sim = json.loads((HERE / "report.json").read_text())
-    text = spread_table(found) + "\n\n" + by_metric_table(found, sim) + "\n"
+    text = "\n\n".join([spread_table(found), by_metric_table(found, sim),
+                         within_replays_table(found, sim)]) + "\n"  # fmt: skip
     Path(a.out).write_text(text)
     print(text)
     return 0
