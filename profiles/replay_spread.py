@@ -68,4 +68,36 @@ def compare_runs(run_a: Path, run_b: Path, cases: list[str]) -> dict[str, dict]:
     return out
 
 
-__all__ = ["compare_runs", "compare_phases", "check_same_arrivals", "metric_values", "SAME"]
+def with_replays(case: dict, first: dict, others: list[tuple[str, dict]]) -> dict:
+    """A validation report's ``case`` (`profiles.vllm_validate.report_case`, against the replay
+    ``first``) with the other replays of the same arrivals beside it: per metric the others'
+    values (``replays``), their differences from ``first`` (``replay_errs``, ``b / a - 1``) and
+    whether the simulated value lies between the smallest and the largest replay
+    (``sim_within_replays``); and ``replay_spread``: the median and largest |difference| over
+    every metric and other replay, to read the simulator's error against. ``others``: (file,
+    phase) pairs, each refused if its fingerprint differs from ``first``'s."""
+    vals = []
+    for where, phase in others:
+        check_same_arrivals(first.get("fingerprint", {}), phase.get("fingerprint", {}), where)
+        vals.append(metric_values(phase))
+    for m in case["metrics"]:
+        theirs = [v[m["metric"]] for v in vals]
+        every = [m["real"], *theirs]
+        m["replays"] = theirs
+        m["replay_errs"] = [v / m["real"] - 1 for v in theirs]
+        m["sim_within_replays"] = bool(min(every) <= m["sim"] <= max(every))
+    diffs = np.abs([e for m in case["metrics"] for e in m["replay_errs"]])
+    case["replay_spread"] = {"replays": 1 + len(others),
+                             "median_abs_diff": float(np.median(diffs)) if len(diffs) else 0.0,
+                             "max_abs_diff": float(diffs.max()) if len(diffs) else 0.0}  # fmt: skip
+    return case
+
+
+__all__ = [
+    "with_replays",
+    "compare_runs",
+    "compare_phases",
+    "check_same_arrivals",
+    "metric_values",
+    "SAME",
+]

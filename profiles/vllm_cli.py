@@ -9,6 +9,8 @@
   arrivals through vLLM (GPU), or reads a stored real run (``--real``: a folder with
   ``<name>.json.gz`` and the engine's step log), refuses a real run of other arrivals, model,
   GPU or engine, simulates the experiment and writes ``report.json`` / ``report.md``.
+  ``--also-real DIR`` (repeatable) sets other stored replays of the same arrivals beside the
+  first (`profiles.replay_spread.with_replays`): how far vLLM lands from itself, per metric.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 from profiles import engine_jobs, vllm_grid, vllm_validate
 from profiles.cli import _resolve_model, gpu_key
 from profiles.hf_config import write_model_dir
+from profiles.replay_spread import with_replays
 from profiles.vllm_steps import read_steps
 from simulator.argtypes import positive_int
 from simulator.config import blame_overrides
@@ -119,6 +122,9 @@ def validate_main(argv: list[str]) -> int:
     )
     ap.add_argument("--real", default=None, help="stored real run folder (no GPU needed)")
     ap.add_argument("--name", default="case", help="the real run's phase name")
+    ap.add_argument("--also-real", action="append", default=[], metavar="DIR",
+                    help="another stored replay of the same arrivals (repeatable): the report "
+                    "sets its values beside the first's (vLLM against itself)")  # fmt: skip
     ap.add_argument("--out", default=None, help="report folder (default results/validate)")
     a = ap.parse_args(argv)
     out = check_out_dir(a.out or "results/validate")
@@ -139,14 +145,34 @@ def _validate(a, out: Path) -> int:
     if not path.is_file():
         raise ConfigError(str(path), "--real", "no real run of that name in the folder")
     phase = vllm_validate.load_phase(path)
+    others = [_other_replay(Path(d), a.name) for d in a.also_real]
     res = vllm_validate.report_case(cfg, a.config, phase, read_steps(str(real / "steps.jsonl")))
+    if others:
+        res = with_replays(res, phase, others)
     if "schedule_match" in res:
         print(f"steps planned exactly as vLLM did: {res['schedule_match']['identical']:.1%}")
     (out / "report.json").write_text(json.dumps(res, indent=1))
     print(f"median |error| {res['median_abs_err']:.1%}, max {res['max_abs_err']:.1%}")
+    if others:
+        spread = res["replay_spread"]
+        med, top = spread["median_abs_diff"], spread["max_abs_diff"]
+        print(f"the other {spread['replays'] - 1} replay(s) against the first: median "
+              f"|difference| {med:.1%}, max {top:.1%}")  # fmt: skip
     for m in res["metrics"]:
-        print(f"  {m['metric']:<32} sim {m['sim']:.4g}  real {m['real']:.4g}  {m['err']:+.1%}")
+        line = f"  {m['metric']:<32} sim {m['sim']:.4g}  real {m['real']:.4g}  {m['err']:+.1%}"
+        if others:
+            line += "  other replays " + " ".join(f"{e:+.1%}" for e in m["replay_errs"])
+            line += "  (sim between replays)" if m["sim_within_replays"] else ""
+        print(line)
     return 0
+
+
+def _other_replay(folder: Path, name: str) -> tuple[str, dict]:
+    """(file, phase) of the phase ``name`` in another stored replay folder (``--also-real``)."""
+    path = folder / f"{name}.json.gz"
+    if not path.is_file():
+        raise ConfigError(str(path), "--also-real", "no real run of that name in the folder")
+    return str(path), vllm_validate.load_phase(path)
 
 
 def main(argv: list[str], which: str) -> int:

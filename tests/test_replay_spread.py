@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from profiles.replay_spread import compare_phases, compare_runs
+from profiles.replay_spread import compare_phases, compare_runs, metric_values, with_replays
+from profiles.vllm_validate import load_phase
 from simulator.errors import ConfigError
 
 PRINT = {"arrivals_sha256_16": "abc", "num_requests": 3, "model": "m", "gpu": "h200", "tp": 1,
@@ -95,3 +96,64 @@ def test_the_script_compares_two_stored_replays_and_names_a_missing_half():
     half = subprocess.run([sys.executable, str(SCRIPT), "--a", str(runs)],
                           capture_output=True, text=True)  # fmt: skip
     assert half.returncode == 2 and "--a and --b go together" in half.stderr
+
+
+def test_with_replays_sets_each_other_replay_beside_the_first():
+    first, slower, faster = _phase(1.0), _phase(1.5), _phase(0.5)
+    vals = metric_values(first)
+    # a report case as `report_case` writes it: the simulated value 25% above the first replay
+    case = {"metrics": [{"metric": k, "sim": 1.25 * v, "real": v, "err": 0.25}
+                        for k, v in vals.items()]}  # fmt: skip
+    got = with_replays(case, first, [("b.json.gz", slower), ("c.json.gz", faster)])
+    by = {m["metric"]: m for m in got["metrics"]}
+    ttft = by["ttft_s.p50"]
+    assert ttft["replays"] == pytest.approx([1.5 * ttft["real"], 0.5 * ttft["real"]])
+    assert ttft["replay_errs"] == pytest.approx([0.5, -0.5])
+    assert ttft["sim_within_replays"]  # 1.25x lies between 0.5x and 1.5x
+    # throughput: spans 3.0 (first), 3.5 and 2.5 s -> the others at 3/3.5 and 3/2.5 of it
+    thr = by["throughput.requests_per_s"]
+    assert thr["replay_errs"] == pytest.approx([3 / 3.5 - 1, 3 / 2.5 - 1])
+    assert not thr["sim_within_replays"]  # 1.25x lies above the faster replay's 1.2x
+    assert got["replay_spread"]["replays"] == 3
+    assert got["replay_spread"]["max_abs_diff"] == pytest.approx(0.5)
+
+
+def test_with_replays_refuses_a_replay_of_other_arrivals():
+    first = _phase(1.0)
+    case = {"metrics": [{"metric": k, "sim": v, "real": v, "err": 0.0}
+                        for k, v in metric_values(first).items()]}  # fmt: skip
+    other = _phase(1.0, dict(PRINT, arrivals_sha256_16="zzz"))
+    with pytest.raises(ConfigError) as e:
+        with_replays(case, first, [("runs/c/conv_light.json.gz", other)])
+    assert e.value.where == "runs/c/conv_light.json.gz"
+
+
+def test_validate_engine_vllm_sets_other_replays_beside_the_first(tmp_path, capsys):
+    from simulator.cli import main
+
+    here = SCRIPT.parent
+    runs = here / "serving_repeats"
+    args = ["validate", "--engine", "vllm", str(here / "configs/conv.yaml"),
+            "--set", "workload.arrival.rate_scale=3.75", "--set", "model=qwen3-30b-a3b",
+            "--set", "hardware.gpu=h200", "--name", "conv_moderate",
+            "--real", str(runs / "h200_qwen3-30b-a3b_host2_first")]  # fmt: skip
+    also = ["--also-real", str(runs / "h200_qwen3-30b-a3b_host2_second")]
+    assert main(args + also + ["--out", str(tmp_path / "ok")]) == 0
+    rep = json.loads((tmp_path / "ok" / "report.json").read_text())
+    assert rep["replay_spread"]["replays"] == 2
+    first, second = (
+        metric_values(load_phase(runs / f"h200_qwen3-30b-a3b_host2_{d}" / "conv_moderate.json.gz"))
+        for d in ("first", "second")
+    )
+    for m in rep["metrics"]:
+        assert m["real"] == pytest.approx(first[m["metric"]])
+        assert m["replays"] == pytest.approx([second[m["metric"]]])
+    assert "other replays" in capsys.readouterr().out
+    # another case's replay as the second: refused, naming its file and the fingerprint field
+    wrong = ["--also-real", str(tmp_path / "wrong")]
+    (tmp_path / "wrong").mkdir()
+    src = runs / "h200_qwen3-30b-a3b_host2_second" / "conv_light.json.gz"
+    (tmp_path / "wrong" / "conv_moderate.json.gz").write_bytes(src.read_bytes())
+    assert main(args + wrong + ["--out", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err
+    assert "wrong/conv_moderate.json.gz" in err and "fingerprint.arrivals_sha256_16" in err
