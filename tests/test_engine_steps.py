@@ -732,6 +732,30 @@ def test_launch_time_is_the_median_wait_of_exposed_decode_steps(tmp_path):
     assert m.describe()["launch_waits"]["eager"]["steps"] == 3
 
 
+def test_launch_times_come_from_decode_steps_not_from_prefill_steps_that_waited(tmp_path):
+    # three decode -> 3000-token prefill pairs (waits 20/22/24 ms), and three 100-token prefill
+    # steps (own ~7.8 ms by the toy law) stamped 40/42/44 ms with a 3000-token prefill behind
+    # each: they waited (their pairs are attributed as launches) but their intervals also hold
+    # their own GPU time, so the launch time is the decode-behind waits' alone
+    extra = []
+    for i, wait in enumerate((0.020, 0.022, 0.024)):
+        extra += [_step(2 * i, wait), _step(2 * i + 1, 0.050, prefill=3000, behind=1)]
+    for i, wait in enumerate((0.040, 0.042, 0.044)):
+        extra += [_step(20 + 2 * i, wait, prefill=100, behind=1),
+                  _step(21 + 2 * i, 0.050, prefill=3000, behind=1)]  # fmt: skip
+    m = _with_rows(_table(tmp_path), extra)
+    waited = [r for r in m.rows if r["step_id"] in (1020, 1022, 1024)]
+    assert all(r["next_tokens"] == 3002 for r in waited)  # still marked as waiting
+    assert m.launch_s(3002) == pytest.approx(0.022)
+    assert m.launch_waits[False] == pytest.approx([0.020, 0.022, 0.024])
+    # with fewer than 3 decode-behind launches nothing is charged, and no prefill step is
+    # taken to have waited (a launch behind one is judged against the decode-behind time)
+    (tmp_path / "b").mkdir()
+    m2 = _with_rows(_table(tmp_path / "b"), extra[2:])
+    assert m2.launch_s(3002) == 0.0 and m2.launch_waits[False] == [0.0]
+    assert all(r["next_tokens"] == 0 for r in m2.rows if r["prefill_tokens"] == 100)
+
+
 def test_a_launch_shows_behind_a_short_prefill_step_and_hides_behind_a_long_one(tmp_path):
     # decode -> 3000-token prefill pairs give the launch time (22 ms); then a 100-token prefill
     # (own ~7.8 ms by the toy law) stamped 22 ms with a 3000-token prefill behind it: it
