@@ -17,13 +17,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
 
-from run_all import PAIRS, cases, report, totals_table  # noqa: E402
+from run_all import PAIRS, cases, error_stats, report, totals_table  # noqa: E402
 
 from profiles.replay_spread import compare_runs  # noqa: E402
 from simulator.errors import ConfigError  # noqa: E402
@@ -65,12 +63,6 @@ def case_names() -> list[str]:
     return [f"{trace}_{load}" for trace, load, _ in cases()]
 
 
-def _stats(errs: list[float]) -> tuple[str, str, str]:
-    """Median |error|, how many beyond `MISS`, the largest, formatted."""
-    a = np.abs(errs)
-    return f"{np.median(a):.1%}", str(int((a > MISS).sum())), f"{a.max():.0%}"
-
-
 def simulated_against(rep: Repeat, run: str) -> dict:
     """The validation report (shipped table, `vllm` policy) of ``rep``'s served model against
     the replay in ``run`` (a folder relative to this one), as `run_all.report` makes it."""
@@ -92,11 +84,15 @@ def spread_table(found: list[tuple[Repeat, dict]]) -> str:
         "| servesim vs a: median, beyond, max | servesim vs b |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+    simulated: dict[str, dict] = {}  # run folder -> its report (a replay in several pairs)
     for rep, res in found:
         errs = _errs(res)
-        sim = [", ".join(_stats(_errs(simulated_against(rep, run)))) for run in (rep.a, rep.b)]
-        lines.append(f"| {rep.key} | {rep.how} | {len(errs)} | {' | '.join(_stats(errs))} "
-                     f"| {sim[0]} | {sim[1]} |")  # fmt: skip
+        for run in (rep.a, rep.b):
+            if run not in simulated:
+                simulated[run] = simulated_against(rep, run)
+        sim = [", ".join(error_stats(_errs(simulated[run]), MISS)) for run in (rep.a, rep.b)]
+        diff = " | ".join(error_stats(errs, MISS))
+        lines.append(f"| {rep.key} | {rep.how} | {len(errs)} | {diff} | {sim[0]} | {sim[1]} |")
     return "\n".join(lines)
 
 
