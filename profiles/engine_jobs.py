@@ -15,7 +15,9 @@ import json
 from pathlib import Path
 
 from simulator.config import apply_overrides, load_yaml
+from simulator.errors import ConfigError
 from simulator.models import load_model
+from simulator.served import check_expert_parallel
 
 ENGINE = "vllm-0.24.0"
 
@@ -58,19 +60,27 @@ def write_arrivals(cfg: dict, where: str, out: Path) -> dict:
     return fp
 
 
-def engine_job(spec, model_dir: str, tp: int, shard: bool = False) -> dict:
-    """What an engine job serves (`profiles.vllm_run`): the model folder (its config.json
-    written for ``spec``, of one GPU's shard when ``shard``), TP, precision; with ``shard``,
-    one GPU of the ``tp`` layout run at TP1 (``shard_tp``); for a mixture of experts, routers
-    re-drawn after the dummy load so that a batch spreads over the experts as uniform routing
-    does (``routing: token_dependent``, `profiles.dummy_routing`; every shipped MoE table was
-    recorded with it or passes `simulator.latency.routing_check` without it).
+def engine_job(spec, model_dir: str, tp: int, shard: bool = False, expert_parallel=False) -> dict:
+    """What an engine job serves (`profiles.vllm_run`): the model folder (its config.json written
+    for ``spec``, of one GPU's shard when ``shard``), TP, precision; with ``shard``, one GPU of the
+    ``tp`` layout run at TP1 (``shard_tp``); with ``expert_parallel``, vLLM's
+    ``--enable-expert-parallel`` over the ``tp`` GPUs (whole experts per GPU, attention TP, no data
+    parallelism: the `simulator.served` layout ``allreduce``); for a mixture of experts, routers
+    re-drawn after the dummy load so that a batch spreads over the experts as uniform routing does
+    (``routing: token_dependent``, `profiles.dummy_routing`; every shipped MoE table was recorded
+    with it or passes `simulator.latency.routing_check` without it).
     One builder for `servesim profile` / `validate` and `run_all.py`, so that a table and the
     replay it is judged on are recorded the same way."""
     precision = {"weights": spec.weights, "kv_cache_dtype": spec.kv_cache_dtype}
     job = {"model_dir": model_dir, "tp": 1 if shard else tp, "precision": precision}
     if shard:
         job["shard_tp"] = tp
+    if expert_parallel:
+        check_expert_parallel(spec, tp, "allreduce", "<engine job>", "expert_parallel")
+        if shard:
+            raise ConfigError("<engine job>", "expert_parallel", "a shard runs at TP1: no EP")
+        job["engine"] = {"enable_expert_parallel": True}
+        job["expert_parallel"] = "allreduce"
     if spec.moe is not None:
         job["routing"] = "token_dependent"
     return job

@@ -1,10 +1,10 @@
 """``servesim profile --engine vllm`` and ``servesim validate --engine vllm``.
 
-* ``profile --engine vllm --model M [--tp K] [--weights fp8|int4] [--kv-cache-dtype fp8]
-  --out DIR``: on a GPU machine with vLLM 0.24.0, writes the model's ``config.json`` and a job
-  under ``DIR/raw/``, runs the profiling scenarios through vLLM (`profiles.vllm_run`), and
-  builds the table in ``DIR`` (`profiles.vllm_table`). ``--rebuild`` rebuilds ``DIR`` from
-  ``DIR/raw/`` on any machine (no GPU). Both print the held-out error.
+* ``profile --engine vllm --model M [--tp K [--expert-parallel]] [--weights fp8|int4]
+  [--kv-cache-dtype fp8] --out DIR``: on a GPU machine with vLLM 0.24.0, writes the model's
+  ``config.json`` and a job under ``DIR/raw/``, runs the profiling scenarios through vLLM
+  (`profiles.vllm_run`), and builds the table in ``DIR`` (`profiles.vllm_table`). ``--rebuild``
+  rebuilds ``DIR`` from ``DIR/raw/`` on any machine (no GPU). Both print the held-out error.
 * ``validate --engine vllm FILE.yaml [--set K=V] [--real DIR]``: replays the experiment's
   arrivals through vLLM (GPU), or reads a stored real run (``--real``: a folder with
   ``<name>.json.gz`` and the engine's step log), refuses a real run of other arrivals, model,
@@ -33,6 +33,7 @@ from simulator.errors import ConfigError
 from simulator.files import check_out_dir
 from simulator.models import load_model
 from simulator.precision import KV_CACHE_DTYPES, WEIGHT_FORMATS
+from simulator.served import check_expert_parallel
 
 ENGINES = ("vllm",)
 
@@ -52,6 +53,12 @@ def profile_main(argv: list[str]) -> int:
         help="time one GPU's shard of the --tp layout at TP1 (per-GPU shapes; the simulator "
         "adds the layout's collectives): for layouts larger than the machine",
     )
+    ap.add_argument(
+        "--expert-parallel",
+        action="store_true",
+        help="vLLM's --enable-expert-parallel over the --tp GPUs (whole experts per GPU, "
+        "attention TP; the simulator's hardware.expert_parallel: true)",
+    )
     ap.add_argument("--gpu-key", default=None, help="table folder name (default from the GPU)")
     ap.add_argument("--out", required=True, help="table folder (raw runs go to OUT/raw)")
     ap.add_argument("--rebuild", action="store_true", help="rebuild OUT from OUT/raw (no GPU)")
@@ -65,17 +72,23 @@ def profile_main(argv: list[str]) -> int:
     spec = dataclasses.replace(
         _resolve_model(a.model), weights=a.weights, kv_cache_dtype=a.kv_cache_dtype
     )
+    ep = "allreduce" if a.expert_parallel else None
+    check_expert_parallel(spec, a.tp, ep, "<cli>", "--expert-parallel")
+    if ep and a.shard:
+        raise ConfigError("<cli>", "--expert-parallel", "a --shard runs at TP1: no EP")
     out = check_out_dir(a.out)
     raw = out / "raw"
     if not a.rebuild:
         phase = {"name": "profile", "kind": "profile", "repeats": a.repeats}
         if a.shard and a.tp < 2:
             raise ConfigError("<cli>", "--shard", "needs --tp 2 or more (the layout sharded)")
-        _run_engine_job(spec, a.tp, raw, [phase], shard=a.shard)
-    return _build_and_report(raw, out, a.gpu_key, spec, a.tp)
+        _run_engine_job(spec, a.tp, raw, [phase], shard=a.shard, expert_parallel=ep)
+    return _build_and_report(raw, out, a.gpu_key, spec, a.tp, ep)
 
 
-def _run_engine_job(spec, tp: int, raw: Path, phases: list[dict], shard: bool = False) -> None:
+def _run_engine_job(
+    spec, tp: int, raw: Path, phases: list[dict], shard: bool = False, expert_parallel=None
+) -> None:
     try:
         import vllm  # noqa: F401
     except ImportError:
@@ -87,12 +100,13 @@ def _run_engine_job(spec, tp: int, raw: Path, phases: list[dict], shard: bool = 
     from profiles import vllm_run
 
     mdir = write_model_dir(spec, raw / "model", tp if shard else None)
-    job = {**engine_jobs.engine_job(spec, str(mdir), tp, shard), "phases": phases}
+    job = engine_jobs.engine_job(spec, str(mdir), tp, shard, bool(expert_parallel))
+    job["phases"] = phases
     (raw / "job.json").write_text(json.dumps(job))
     asyncio.run(vllm_run.main_async(job, raw))
 
 
-def _build_and_report(raw: Path, out: Path, key: str | None, spec, tp: int) -> int:
+def _build_and_report(raw: Path, out: Path, key: str | None, spec, tp: int, ep=None) -> int:
     from profiles.vllm_table import build_table
     from simulator.latency.engine_steps import EngineStepModel
 
@@ -100,7 +114,7 @@ def _build_and_report(raw: Path, out: Path, key: str | None, spec, tp: int) -> i
         raise ConfigError(str(raw), "engine.json", "no recorded engine run here")
     if key is None:
         key = gpu_key(json.loads((raw / "engine.json").read_text())["gpu"])
-    meta = build_table(raw, out, key, spec, tp)
+    meta = build_table(raw, out, key, spec, tp, ep)
     # a shard table's held-out error is its own steps' (the shard's fit, no collectives)
     m = EngineStepModel(out, spec.name, tp)
     if "shard" in meta:

@@ -130,8 +130,9 @@ def engine_facts(engine) -> dict:
     import vllm
 
     cfg = engine.vllm_config
-    sc, cc, mc, comp = (
+    sc, cc, mc, comp, par = (
         cfg.scheduler_config, cfg.cache_config, cfg.model_config, cfg.compilation_config,
+        cfg.parallel_config,
     )  # fmt: skip
     return {
         "vllm_version": vllm.__version__,
@@ -150,6 +151,9 @@ def engine_facts(engine) -> dict:
         "model": _pick(mc, "max_model_len dtype quantization"),
         "compilation": _pick(
             comp, "mode cudagraph_mode cudagraph_capture_sizes max_cudagraph_capture_size"
+        ),
+        "parallel": _pick(
+            par, "tensor_parallel_size data_parallel_size enable_expert_parallel all2all_backend"
         ),
     }
 

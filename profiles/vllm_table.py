@@ -444,12 +444,17 @@ def _passes_finished(scenarios: list[dict]) -> int:
     return 1 + repeats // max(1, len(scenarios) - repeats)
 
 
-def build_table(run_dir: Path, out_dir: Path, gpu_key: str, spec: ModelSpec, tp: int) -> dict:
+def build_table(
+    run_dir: Path, out_dir: Path, gpu_key: str, spec: ModelSpec, tp: int,
+    expert_parallel: str | None = None,
+) -> dict:  # fmt: skip
     """Write ``steps.csv``, ``energy.csv`` (when the run read the GPUs' energy) and
-    ``meta.yaml`` for the run's profile phase; returns the meta."""
+    ``meta.yaml`` for the run's profile phase; returns the meta. ``expert_parallel``: the
+    `simulator.served.EP_MODES` layout the table is for (None: experts split over TP)."""
     engine = json.loads((run_dir / "engine.json").read_text())
-    # refuse a run of another precision before writing anything
+    # refuse a run of another precision or expert layout before writing anything
     precision = _served_precision(run_dir, engine, spec)
+    _check_expert_parallel(run_dir, engine, expert_parallel)
     shard = _shard(run_dir, engine, tp)
     loaded_gib = check_weights_loaded(run_dir, spec, tp)
     phase = load_profile_phase(run_dir)
@@ -458,7 +463,8 @@ def build_table(run_dir: Path, out_dir: Path, gpu_key: str, spec: ModelSpec, tp:
     rows, dropped = label(_windowed_rows(steps, phase, spec, tp), phase["scenarios"], bursts)
     unresolved = sum(1 for r in rows if r["decode_ctx"] is None)
     rows = [r for r in rows if r["decode_ctx"] is not None]
-    early = flag_early_stamps(rows, ShardedModel(spec, tp), load_gpu(gpu_key, "--gpu-key", "gpu"))
+    served = ShardedModel(spec, tp, expert_parallel)
+    early = flag_early_stamps(rows, served, load_gpu(gpu_key, "--gpu-key", "gpu"))
     joined = group_repeats(rows, phase["scenarios"])
     frontend = frontend_delays(phase, steps)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -488,6 +494,8 @@ def build_table(run_dir: Path, out_dir: Path, gpu_key: str, spec: ModelSpec, tp:
     meta = _meta(run_dir, engine, gpu_key, spec, tp, measured)
     if shard:
         meta["shard"] = shard
+    if expert_parallel:
+        meta["expert_parallel"] = expert_parallel
     (out_dir / "meta.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
     return meta
 
@@ -521,6 +529,25 @@ def _shard(run_dir: Path, engine: dict, tp: int) -> dict | None:
         "timed": "one GPU's shard at TP1: per-GPU shapes (profiles.hf_config.shard_config); "
         "the simulator adds the layout's collectives (simulator.latency.shard)",
     }
+
+
+def _check_expert_parallel(run_dir: Path, engine: dict, mode: str | None) -> None:
+    """Refuse a run whose expert layout is not ``mode``'s: vLLM's ``enable_expert_parallel``
+    as the engine read it back (``parallel`` in engine.json; runs recorded before it was kept
+    served experts split over TP), with data parallelism 1 (the ``allreduce`` layout; vLLM
+    runs its all-to-all kernels only with data parallelism, which no table measured)."""
+    par = engine.get("parallel") or {}
+    ran = bool(par.get("enable_expert_parallel", False))
+    path = str(run_dir / "engine.json")
+    if ran != bool(mode):
+        said = "ran expert parallelism" if ran else "split experts over TP"
+        want = f"expert parallelism ({mode})" if mode else "experts split over TP"
+        raise ConfigError(path, "parallel.enable_expert_parallel", f"the run {said}; the table "
+                          f"is asked for {want}")  # fmt: skip
+    if mode not in (None, "allreduce") or int(par.get("data_parallel_size", 1)) != 1:
+        raise ConfigError(path, "parallel.data_parallel_size", f"tables measure the allreduce "
+                          f"layout (data parallelism 1); asked for {mode!r}, run had "
+                          f"{par.get('data_parallel_size', 1)}")  # fmt: skip
 
 
 def _served_precision(run_dir: Path, engine: dict, spec: ModelSpec) -> dict:

@@ -5,7 +5,28 @@ from __future__ import annotations
 from simulator.latency.constant import ConstantLatencyModel
 from tests.policy_kit import run, spec
 
-__all__ = ["LinearLatency", "run_engine", "spec"]
+__all__ = ["LinearLatency", "run_engine", "spec", "tiny_config"]
+
+
+def tiny_config(model: str, hardware: dict, latency: dict, policy: str = "continuous") -> dict:
+    """An experiment config of 4 fixed-size requests (64 prompt, 4 output tokens, Poisson at
+    5 req/s) on ``model`` with these ``hardware`` / ``latency`` sections: for tests of what a
+    config resolves to (tables picked, refusals), not of its numbers."""
+    sched = {"policy": policy, **({"max_num_seqs": 8} if policy == "continuous" else {})}
+    return {
+        "model": model,
+        "hardware": hardware,
+        "scheduler": sched,
+        "latency": latency,
+        "workload": {
+            "arrival": {"process": "poisson", "rate_per_s": 5.0},
+            "lengths": {
+                "input": {"dist": "fixed", "value": 64},
+                "output": {"dist": "fixed", "value": 4},
+            },  # fmt: skip
+            "num_requests": 4,
+        },
+    }
 
 
 class LongestAwareLatency:

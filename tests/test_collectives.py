@@ -16,6 +16,7 @@ from simulator.latency.roofline import RooflineLatencyModel
 from simulator.models import MODELS
 from simulator.runner import build
 from simulator.served import collective_link_factor
+from tests.helpers import tiny_config
 
 SHIPPED = Path(__file__).resolve().parents[1] / "profiles" / "h200" / "nccl_x2"
 
@@ -125,21 +126,8 @@ def test_roofline_ep_collectives_use_their_ops(tmp_path):
 
 
 def _config(tp=2, latency=None, gpu="h200", model="llama-3-8b"):
-    return {
-        "name": "coll",
-        "model": model,
-        "hardware": {"gpu": gpu, "tp": tp},
-        "scheduler": {"policy": "continuous", "max_num_seqs": 8},
-        "latency": {"model": "roofline", **(latency or {})},
-        "workload": {
-            "arrival": {"process": "poisson", "rate_per_s": 5.0},
-            "lengths": {
-                "input": {"dist": "fixed", "value": 64},
-                "output": {"dist": "fixed", "value": 4},
-            },  # fmt: skip
-            "num_requests": 4,
-        },
-    }
+    lat = {"model": "roofline", **(latency or {})}
+    return {"name": "coll", **tiny_config(model, {"gpu": gpu, "tp": tp}, lat)}
 
 
 def test_auto_uses_the_shipped_table_of_this_gpu_and_tp(tmp_path):

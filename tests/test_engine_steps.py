@@ -532,16 +532,18 @@ def test_auto_picks_the_vllm_table_only_for_the_vllm_policy():
 
 
 def test_the_moe_table_is_picked_at_its_tp_only_and_decode_grows_with_experts_touched():
-    """Qwen3-30B-A3B (128 experts, top-8) through vLLM on one H200: at TP1 `auto` takes its
-    table, at TP2 (no table) the labelled roofline. The physics a MoE table must show: a decode
-    step reads the experts its batch touches, so from batch 1 to 64 its time grows far more
-    than a dense model's, whose weights are read whole at any batch."""
+    """Qwen3-30B-A3B (128 experts, top-8) through vLLM on H200s: at TP1 and TP2 `auto` takes
+    the table measured at that TP, at TP4 (no table) the labelled roofline. The physics a MoE
+    table must show: a decode step reads the experts its batch touches, so from batch 1 to 64
+    its time grows far more than a dense model's, whose weights are read whole at any batch."""
     from simulator.runner import build
 
     cfg = _cfg("vllm", "qwen3-30b-a3b")
     moe = build(cfg, str(REPO / "t.yaml"), REPO).latency
     assert moe.name == "engine:vllm-0.24.0/h200/qwen3-30b-a3b_tp1"
     cfg["hardware"]["tp"] = 2
+    assert build(cfg, str(REPO / "t.yaml"), REPO).latency.name.endswith("qwen3-30b-a3b_tp2")
+    cfg["hardware"]["tp"] = 4
     assert build(cfg, str(REPO / "t.yaml"), REPO).latency.name == "roofline"
     dense = EngineStepModel(REPO / "profiles/h200/vllm-0.24/llama-3-8b_tp1", "llama-3-8b", 1)
 

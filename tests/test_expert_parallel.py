@@ -24,6 +24,7 @@ from simulator.served import (
     ep_experts_touched,
     expected_max_normal,
 )
+from tests.helpers import tiny_config
 
 #: name -> (layers, hidden, experts, expert width, top_k)
 SHAPES = {"qwen3-30b-a3b": (48, 2048, 128, 768, 8), "mixtral-8x7b": (32, 4096, 8, 14336, 2)}
@@ -165,20 +166,8 @@ def test_describe_flags_the_estimate():
 
 
 def _config(model: str, tp: int, ep, latency="roofline") -> dict:
-    return {
-        "model": model,
-        "hardware": {"gpu": "h200", "tp": tp, "expert_parallel": ep},
-        "scheduler": {"policy": "continuous", "max_num_seqs": 8},
-        "latency": {"model": latency},
-        "workload": {
-            "arrival": {"process": "poisson", "rate_per_s": 5.0},
-            "lengths": {
-                "input": {"dist": "fixed", "value": 64},
-                "output": {"dist": "fixed", "value": 4},
-            },  # fmt: skip
-            "num_requests": 4,
-        },
-    }
+    hw = {"gpu": "h200", "tp": tp, "expert_parallel": ep}
+    return tiny_config(model, hw, {"model": latency})
 
 
 @pytest.mark.parametrize(

@@ -37,15 +37,16 @@ per size, and each size's time is its own measurement. They are **not** made mon
 FP8 and 4-bit GEMMs pick a kernel configuration by the batch's rows, and a decode step at batch
 136 takes 2.3 ms more than at 128 on an H200 (Llama-3-8B fp8) while 512 is faster than 400
 (profiles/README.md); a non-decreasing curve through those sizes over-predicted the largest
-batches by up to 60%. ``G``'s knots are fixed (``TOKEN_KNOTS``) and its values made
-non-decreasing. Each regime is fitted on its own training steps (``split == train``) by
-minimising the *sum of absolute* relative errors with non-negative coefficients (median
-regression: a step that absorbed a host hiccup moves it little); how many training steps sit
-far off the fit is reported. So an engine table is non-decreasing in every feature except the
-decode batch size of a graph-replayed decode step (`simulator.latency.base`). Whether a step
-was planned on an idle engine (its host work overlaps nothing) is a feature of the fit, so such
-steps do not bias the busy-engine coefficients; `step_time` charges busy steps only (the idle
-coefficient came out 0.0 ms on all three shipped tables).
+batches by up to 60%. ``G``'s knots are fixed (`token_knots`: ``TOKEN_KNOTS``, and a jump from the
+largest graph to the next size, where steps turn eager) and its values made non-decreasing. Each
+regime is fitted on its own training steps (``split == train``) by minimising the *sum of absolute*
+relative errors with non-negative coefficients (median regression: a step that absorbed a host
+hiccup moves it little); how many training steps sit far off the fit is reported. So an engine table
+is non-decreasing in every feature except the decode batch size of a graph-replayed decode step
+(`simulator.latency.base`). Whether a step was planned on an idle engine (its host work overlaps
+nothing) is a feature of the fit, so such steps do not bias the busy-engine coefficients;
+`step_time` charges busy steps only (the idle coefficient came out 0.0 ms on all three shipped
+tables).
 
 Which steps can be fitted, and to what time, is decided from how the engine stamps them
 (``profiles/vllm_table.py``): steps planned during a profiling submission burst, the step after
@@ -102,6 +103,48 @@ OUTLIER_FACTOR = 5.0
 LAUNCH_SHOWS = 1.1
 
 
+def token_knots(max_graph: int, eager_jump: bool) -> tuple[int, ...]:
+    """``G``'s knots: `TOKEN_KNOTS`, plus, when the table's steps jump where they stop
+    replaying piecewise CUDA graphs (``eager_jump``, `eager_jump_shows`), the largest graph and
+    the next size, so that ``G`` can jump there. Why: eager execution pays its host launches
+    inside the step, and on a host-bound engine that is most of it (Qwen3-30B-A3B at TP2 on two
+    H200s: steps of 257-512 tokens 15-18 ms, of 513-768 tokens 83 ms, flat near 85-100 ms up to
+    8k tokens); a segment from 256 to 1,024 tokens spread that cliff over both sides
+    (with-prefill held-out median 9%, p95 47%). Tables without the jump keep the fixed knots:
+    two more knot values fitted where no jump is cost the H100 Llama-3-8B table 3.5 points of
+    held-out p95 (small prompt steps moved)."""
+    if max_graph <= 0 or not eager_jump:
+        return TOKEN_KNOTS
+    return tuple(sorted({*TOKEN_KNOTS, max_graph, max_graph + 1}))
+
+
+#: training steps with prompt tokens just above the largest graph (`eager_jump_shows`) whose
+#: median stamp interval is this many times that of the steps just below it make a jump
+EAGER_JUMP = 1.5
+#: the bands compared: this fraction of the largest graph below it and above it
+EAGER_JUMP_BAND = 0.25
+
+
+def eager_jump_shows(rows: list[dict], max_graph: int) -> bool:
+    """Whether training steps with prompt tokens jump at the largest graph: the median stamp
+    interval of those of ``(M, (1 + band) M]`` tokens over that of ``((1 - band) M, M]``
+    reaches `EAGER_JUMP` (``M`` the largest graph; a step's cost linear in its tokens gives at
+    most ~1.3 between the bands), with 3 steps or more in each band. Training steps only:
+    which knots the fit has is part of the fit."""
+    lo, hi = [], []
+    for r in rows:
+        if r["split"] != "train" or not r["prefill_tokens"] or r["burst"] or not r["dur_us"]:
+            continue
+        n = r["prefill_tokens"] + r["decode_seqs"]
+        if (1 - EAGER_JUMP_BAND) * max_graph < n <= max_graph:
+            lo.append(r["dur_us"])
+        elif max_graph < n <= (1 + EAGER_JUMP_BAND) * max_graph:
+            hi.append(r["dur_us"])
+    if len(lo) < 3 or len(hi) < 3:
+        return False
+    return median(hi) >= EAGER_JUMP * median(lo)
+
+
 def hat(x: float, knots: tuple) -> list[float]:
     """Weights of piecewise-linear interpolation at ``x`` over ``knots`` (extended linearly
     beyond both ends by the outermost segment)."""
@@ -139,6 +182,7 @@ class EngineStepModel:
         self.capture_sizes = sorted(int(x) for x in comp.get("cudagraph_capture_sizes") or [])
         self.max_graph = self.capture_sizes[-1] if self.capture_sizes else 0
         self.rows = read_steps_csv(self.dir / "steps.csv")
+        self.token_knots = token_knots(self.max_graph, eager_jump_shows(self.rows, self.max_graph))
         #: quantized GEMMs pick a kernel configuration by rows: steps with prompt tokens also
         #: carry the decode curve's value at their padded size (module docstring)
         weights = (self.meta.get("precision") or {}).get("weights", "bf16")
@@ -249,7 +293,7 @@ class EngineStepModel:
 
     def _mixed_x(self, pt, attn, ps, b, ctx, idle=0) -> list[float]:
         p = self.padded(pt + b)
-        x = hat(p, TOKEN_KNOTS) + [attn, ctx, ps, b, idle]
+        x = hat(p, self.token_knots) + [attn, ctx, ps, b, idle]
         if self.rows_staircase:  # the decode curve's value at the step's rows (module docstring)
             x.append(self._graph_w[p if p <= self.max_graph else self.max_graph])
         return x
@@ -358,7 +402,7 @@ class EngineStepModel:
         mix = [r for r in train if not self._on_decode_curve(r["prefill_tokens"], r["decode_seqs"])]
         if self.decode_knots is None:
             self.decode_knots = tuple(sorted({*self._measured_sizes(dec), *self._eager_sizes()}))
-        if len(self.decode_knots) < 2 or len(mix) < 2 * len(TOKEN_KNOTS):
+        if len(self.decode_knots) < 2 or len(mix) < 2 * len(self.token_knots):
             raise ConfigError(
                 str(self.dir / "steps.csv"),
                 "split",
@@ -370,7 +414,7 @@ class EngineStepModel:
         self._graph_w = {p: self._curve_w(p) for p in self.capture_sizes}
         #: `_graph_w_of` per decode batch, read by `step_time` (cleared with each fit)
         self._decode_w: dict[int, float] = {}
-        self.c_mix, n_mix = self._fit_regime(mix, self._row_mixed_x, len(TOKEN_KNOTS))
+        self.c_mix, n_mix = self._fit_regime(mix, self._row_mixed_x, len(self.token_knots))
         k = len(self.decode_knots)
         self._c_ctx, self._c_max, self._c_idle = (float(c) for c in self.c_dec[k : k + 3])
         self.far_off = n_dec + n_mix

@@ -33,12 +33,15 @@ MAX_STEPS = 600
 BOUND_TERMS = ("gemm", "attention", "elementwise", "lm_head")
 
 
-def uniform_routing_bound(model, gpu, tp: int):
+def uniform_routing_bound(model, gpu, tp: int, expert_parallel: str | None = None):
     """The roofline whose work terms bound a step under uniform routing (no fixed overhead,
-    no router skew) for ``model`` on ``gpu`` at ``tp``: what `routing_check` compares with."""
+    no router skew) for ``model`` on ``gpu`` at ``tp`` (with ``expert_parallel``, the busiest
+    GPU's share of the experts): what `routing_check` compares with."""
     from simulator.latency.roofline import RooflineLatencyModel
 
-    return RooflineLatencyModel(model, gpu, tp, 0.0, moe_routing_skew=0.0)
+    return RooflineLatencyModel(
+        model, gpu, tp, 0.0, moe_routing_skew=0.0, expert_parallel=expert_parallel
+    )
 
 
 def routing_check(rows: list[dict], roofline) -> dict:

@@ -47,32 +47,40 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 ENGINE_TABLES = {"vllm": "vllm-0.24"}
 
 
-def table_folder(model: ModelSpec, tp: int) -> str:
+def table_folder(model: ModelSpec, tp: int, expert_parallel: str | None = None) -> str:
     """A table's folder name: ``<model>_tp<k>`` for bf16 weights and KV, else with the
-    precision's label between (``llama-3-8b_fp8_tp1``, ``llama-3-8b_int4-kv-bf16_tp1``)."""
-    if model.precision == Precision():
-        return f"{model.name}_tp{tp}"
-    return f"{model.name}_{model.precision.label}_tp{tp}"
+    precision's label between (``llama-3-8b_fp8_tp1``, ``llama-3-8b_int4-kv-bf16_tp1``);
+    with expert parallelism (vLLM's, the ``allreduce`` layout) ``_ep<k>`` after
+    (``qwen3-30b-a3b_tp2_ep2``)."""
+    name = model.name if model.precision == Precision() else f"{model.name}_{model.precision.label}"
+    return f"{name}_tp{tp}" + (f"_ep{tp}" if expert_parallel else "")
 
 
 def default_table_dir(
-    model: ModelSpec, gpu: GPUSpec, tp: int, engine: str | None = None
-) -> Path | None:
-    """The shipped table for this (gpu, model, precision, tp[, serving engine]), if any."""
+    model: ModelSpec, gpu: GPUSpec, tp: int, engine: str | None = None,
+    expert_parallel: str | None = None,
+) -> Path | None:  # fmt: skip
+    """The shipped table for this (gpu, model, precision, tp[, serving engine][, expert
+    layout]), if any. Only a table measured through an engine times an expert layout."""
     subdirs = ([ENGINE_TABLES[engine]], []) if engine in ENGINE_TABLES else ([],)
+    if expert_parallel:
+        subdirs = subdirs[:1] if engine in ENGINE_TABLES else ()
     for gpu_dir in _gpu_dirs(gpu):
         for parts in subdirs:
-            cand = gpu_dir.joinpath(*parts, table_folder(model, tp))
+            cand = gpu_dir.joinpath(*parts, table_folder(model, tp, expert_parallel))
             if (cand / "meta.yaml").is_file():
                 return cand
     return None
 
 
-def _table_mismatch(table_dir: Path, model: ModelSpec, tp: int) -> str | None:
-    """Why ``table_dir`` did not measure ``model`` as served at ``tp``, or None: its precision
-    (`table_precision`: ``precision:``, else ``dtype`` / ``kv_cache_dtype``) must equal the
-    model's by name, and its ``op_fingerprint``, when it has one, the served model's op list.
-    Every table is checked, shipped or named: no table times a model it did not run."""
+def _table_mismatch(
+    table_dir: Path, model: ModelSpec, tp: int, expert_parallel: str | None = None
+) -> str | None:
+    """Why ``table_dir`` did not measure ``model`` as served at ``tp`` with ``expert_parallel``,
+    or None: its precision (`table_precision`: ``precision:``, else ``dtype`` /
+    ``kv_cache_dtype``) must equal the model's by name, its ``expert_parallel`` (absent: experts
+    split over TP) the run's, and its ``op_fingerprint``, when it has one, the served model's op
+    list. Every table is checked, shipped or named: no table times a model it did not run."""
     meta_path = table_dir / "meta.yaml"
     meta = load_yaml_file(meta_path, "table meta.yaml") if meta_path.is_file() else {}
     if not isinstance(meta, dict):
@@ -83,14 +91,26 @@ def _table_mismatch(table_dir: Path, model: ModelSpec, tp: int) -> str | None:
             f"the table {_label(table_dir)} measured {measured.describe()}; {model.name} is "
             f"served with {model.precision.describe()}"
         )
+    table_ep = meta.get("expert_parallel") or None
+    if table_ep != expert_parallel:
+        return (
+            f"the table {_label(table_dir)} measured {_layout(table_ep)}; this run serves "
+            f"{_layout(expert_parallel)}"
+        )
     theirs = meta.get("op_fingerprint")
-    ours = ShardedModel(model, tp).op_fingerprint
+    ours = ShardedModel(model, tp, expert_parallel).op_fingerprint
     if theirs is not None and str(theirs) != ours:
         return (
             f"the table {_label(table_dir)} measured the op list {theirs}; {model.name} at tp{tp} "
             f"runs the op list {ours}"
         )
     return None
+
+
+def _layout(expert_parallel: str | None) -> str:
+    if expert_parallel:
+        return f"expert parallelism ({expert_parallel})"
+    return "experts split over TP (no expert parallelism)"
 
 
 def _label(table_dir: Path) -> str:
@@ -106,9 +126,12 @@ def build_latency(
     *, expert_parallel: str | None = None,
 ):  # fmt: skip
     """The latency model ``sec`` asks for (see the module docstring). With
-    ``expert_parallel`` (`simulator.served.EP_MODES`) only the roofline model applies: every
-    table timed experts split over TP, so ``profile`` or a named table is an error and ``auto``
-    falls back to the roofline model, saying why when a table for the TP layout exists."""
+    ``expert_parallel`` (`simulator.served.EP_MODES`) a table applies only if it measured that
+    layout: vLLM's ``--enable-expert-parallel`` (``allreduce``) through the engine
+    (``<model>_tp<k>_ep<k>``, `table_folder`); the ``all_to_all`` layout (vLLM runs it only
+    with data parallelism) has none, so there ``profile`` or a named table is an error and
+    ``auto`` falls back to the roofline model, saying why when a table of another layout
+    exists."""
     kind = sec.str("model", "auto", choices=["auto", "profile", "roofline", "constant"])
     table = sec.str("table", None)
     overhead_ms = sec.num("step_overhead_ms", None, min=0)
@@ -132,10 +155,11 @@ def build_latency(
             raise sec.error("table", "a table is only used with model: profile or auto")
         return _roofline(model, gpu, tp, overhead_ms, where, sec.key("model"), expert_parallel,
                          collectives())  # fmt: skip
-    if expert_parallel:
+    if expert_parallel and not _ep_table_possible(model, gpu, tp, engine, table, expert_parallel):
         return _ep_roofline(sec, kind, table, model, gpu, tp, overhead_ms, where, expert_parallel,
-                            collectives)  # fmt: skip
-    table_dir, mismatch = _pick_table(sec, kind, table, model, gpu, tp, engine, base_dir)
+                            collectives, engine)  # fmt: skip
+    table_dir, mismatch = _pick_table(sec, kind, table, model, gpu, tp, engine, base_dir,
+                                      expert_parallel)  # fmt: skip
     if table_dir is None or mismatch:
         if kind == "profile":
             raise sec.error(
@@ -143,7 +167,8 @@ def build_latency(
                 f"no shipped table for {gpu.name} / {model.name} / tp{tp}; profile one with "
                 "`servesim profile` or use model: roofline",
             )
-        lat = _roofline(model, gpu, tp, overhead_ms, where, sec.key("model"), None, collectives())
+        lat = _roofline(model, gpu, tp, overhead_ms, where, sec.key("model"), expert_parallel,
+                        collectives())  # fmt: skip
         if mismatch:
             lat.fallback_reason = f"latency auto: {mismatch}; using the roofline model"
         return lat
@@ -153,27 +178,37 @@ def build_latency(
         raise sec.error("model", f"model.routing_skew is read by the roofline model only; the "
                         f"table {_label(table_dir)} timed its own router (use model: "
                         "roofline)")  # fmt: skip
-    return _table_latency(sec, table_dir, model, gpu, tp, coll_spec, collectives)
+    return _table_latency(sec, table_dir, model, gpu, tp, coll_spec, collectives, expert_parallel)
+
+
+def _ep_table_possible(model, gpu, tp, engine, table, mode) -> bool:
+    """Whether an expert-parallel run may be timed by a table: the ``allreduce`` layout, with a
+    table named or one shipped for it (`default_table_dir`)."""
+    if mode != "allreduce":
+        return False
+    return table is not None or default_table_dir(model, gpu, tp, engine, mode) is not None
 
 
 def _pick_table(
     sec: Section, kind: str, table: str | None, model: ModelSpec, gpu: GPUSpec, tp: int,
-    engine, base_dir,
+    engine, base_dir, expert_parallel: str | None = None,
 ) -> tuple[Path | None, str | None]:  # fmt: skip
     """The table folder ``latency`` points at (``table``, else the shipped one for the model,
-    GPU, TP and engine) and why it does not fit the model, if it does not. A named table, or
-    ``profile``, that does not fit is an error here; ``auto`` falls back (the caller)."""
-    shipped = default_table_dir(model, gpu, tp, engine) if table is None else None
+    GPU, TP, engine and expert layout) and why it does not fit the model, if it does not. A
+    named table, or ``profile``, that does not fit is an error here; ``auto`` falls back (the
+    caller)."""
+    ep = expert_parallel
+    shipped = default_table_dir(model, gpu, tp, engine, ep) if table is None else None
     table_dir = shipped
     if table is None and shipped is None and model.precision != Precision():
         # the model's bf16 table, when shipped, is checked (and refused) so that the fallback to
         # the roofline model, or the error of `profile`, says why it is not used
-        table_dir = default_table_dir(_bf16(model), gpu, tp, engine)
+        table_dir = default_table_dir(_bf16(model), gpu, tp, engine, ep)
     if table is not None:
         table_dir = _resolve(table, Path(base_dir))
         if table_dir is None:
             raise sec.error("table", f"no profiled table folder at {table!r}")
-    mismatch = _table_mismatch(table_dir, model, tp) if table_dir is not None else None
+    mismatch = _table_mismatch(table_dir, model, tp, ep) if table_dir is not None else None
     if mismatch and (kind == "profile" or table is not None):
         raise sec.error(
             "table" if table is not None else "model",
@@ -184,7 +219,7 @@ def _pick_table(
 
 def _table_latency(
     sec: Section, table_dir: Path, model: ModelSpec, gpu: GPUSpec, tp: int, coll_spec,
-    collectives,
+    collectives, expert_parallel: str | None = None,
 ):  # fmt: skip
     """The latency model of a table that fits: whole engine steps (`EngineStepModel`), one
     GPU's shard of them plus the collectives (`ShardStepModel`), or per-op timings
@@ -203,13 +238,16 @@ def _table_latency(
         coll = StepCollectives(ShardedModel(model, tp), default_tp_link(gpu), collectives())
         return _checked_routing(ShardStepModel(table_dir, model.name, tp, coll), model, gpu, tp)
     if engine_table:
-        return _checked_routing(EngineStepModel(table_dir, model.name, tp), model, gpu, tp)
+        lat = EngineStepModel(table_dir, model.name, tp)
+        return _checked_routing(lat, model, gpu, tp, expert_parallel)
+    if expert_parallel:  # `_table_mismatch` lets no op table through with expert parallelism
+        raise sec.error("table", f"{_label(table_dir)} is not an engine table")
     from simulator.latency.profiled import ProfileLatencyModel
 
     return ProfileLatencyModel(table_dir, model, tp)
 
 
-def _checked_routing(lat, model: ModelSpec, gpu: GPUSpec, tp: int):
+def _checked_routing(lat, model: ModelSpec, gpu: GPUSpec, tp: int, expert_parallel=None):
     """``lat`` (an engine table's model) with, for a mixture of experts, the check of its
     decode steps against the uniform-routing bound (`simulator.latency.routing_check`) in
     ``lat.routing`` and, when the table's routing was concentrated, a warning every run
@@ -222,7 +260,7 @@ def _checked_routing(lat, model: ModelSpec, gpu: GPUSpec, tp: int):
         uniform_routing_bound,
     )
 
-    lat.routing = routing_check(lat.rows, uniform_routing_bound(model, gpu, tp))
+    lat.routing = routing_check(lat.rows, uniform_routing_bound(model, gpu, tp, expert_parallel))
     if lat.routing["concentrated"]:
         lat.warnings.append(routing_warning(lat.name, lat.routing))
     return lat
@@ -277,17 +315,23 @@ def _gpu_dirs(gpu: GPUSpec) -> list[Path]:
     return [REPO_ROOT / "profiles" / n for n in dict.fromkeys([gpu.name, gpu.name.split("-")[0]])]
 
 
-def _ep_roofline(sec, kind, table, model, gpu, tp, overhead_ms, where, mode, collectives):
-    """`build_latency` for an expert-parallel layout: no table measured one (see there);
+def _ep_roofline(sec, kind, table, model, gpu, tp, overhead_ms, where, mode, collectives,
+                 engine=None):  # fmt: skip
+    """`build_latency` for an expert-parallel layout no table measured (see there);
     ``collectives()`` reads `latency.collectives` once a roofline is built."""
     if kind == "profile" or table is not None:
+        how = (
+            "vLLM runs it only with data parallelism"
+            if mode != "allreduce"
+            else "profile one with `servesim profile --engine vllm --tp K --expert-parallel`"
+        )
         raise sec.error(
             "table" if table is not None else "model",
-            f"no profiled table measured expert parallelism ({mode}); use model: roofline or "
-            "auto (tables time experts split over TP)",
+            f"no profiled table measured expert parallelism ({mode}) for {model.name} at "
+            f"tp{tp} ({how}); use model: roofline or auto",
         )
     lat = _roofline(model, gpu, tp, overhead_ms, where, sec.key("model"), mode, collectives())
-    if default_table_dir(model, gpu, tp) is not None:
+    if default_table_dir(model, gpu, tp, engine) is not None:
         lat.fallback_reason = (
             f"latency auto: the shipped table for {model.name} at tp{tp} timed experts split "
             f"over TP, not expert parallelism ({mode}); using the roofline model"

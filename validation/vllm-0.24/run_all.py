@@ -110,7 +110,12 @@ PROFILES_ONLY = (
     # MoE (32 experts top-4) + alternating 128-token sliding windows + attention sinks; bf16
     # experts (42 GB: fits an H100 too; the GPU is the table's, not the job name's)
     ("h200_gpt-oss-20b", "gpt-oss-20b", 1),
+    # TP2 on the 2-GPU machine: the tensor-parallel side of TP vs EP (experiments/moe_tp_vs_ep)
+    ("h200_qwen3-30b-a3b_tp2", "qwen3-30b-a3b", 2),
 )
+#: profiling runs with vLLM's --enable-expert-parallel over the tp GPUs (no data parallelism:
+#: whole experts per GPU, attention TP; `simulator.served` layout ``allreduce``)
+EP_PROFILES = (("h200_qwen3-30b-a3b_tp2-ep2", "qwen3-30b-a3b", 2),)
 
 
 #: one GPU's shard of a TP layout, timed at TP1 (`profiles.hf_config.shard_config`; the
@@ -150,14 +155,15 @@ def cases():
             yield trace, load, str(HERE / "configs" / f"{trace}.yaml")
 
 
-def _engine_job(out: Path, model: str, tp: int, shard: bool = False) -> dict:
+def _engine_job(out: Path, model: str, tp: int, shard: bool = False, ep: bool = False) -> dict:
     """The model folder (relative to the repository root: jobs run from the root of a copy of
     the tree on the GPU machine, wherever that lies), TP and precision of a served model; with
-    ``shard``, one GPU's shard of the ``tp`` layout, run at TP1."""
+    ``shard``, one GPU's shard of the ``tp`` layout, run at TP1; with ``ep``, expert
+    parallelism over the ``tp`` GPUs."""
     spec = load_model(yaml.safe_load(SERVED[model]), "run_all.SERVED", model)
     folder = out / "models" / (f"{model}_tp{tp}-shard" if shard else model)
     mdir = write_model_dir(spec, folder, tp if shard else None).relative_to(ROOT)
-    return engine_jobs.engine_job(spec, str(mdir), tp, shard)
+    return engine_jobs.engine_job(spec, str(mdir), tp, shard, expert_parallel=ep)
 
 
 def _profile_job(out: Path, name: str, job: dict) -> None:
@@ -189,6 +195,8 @@ def make_jobs(out: Path) -> None:
         _profile_job(out, name, _engine_job(out, model, tp))
     for name, model, tp in SHARDS:
         _profile_job(out, name, _engine_job(out, model, tp, shard=True))
+    for name, model, tp in EP_PROFILES:
+        _profile_job(out, name, _engine_job(out, model, tp, ep=True))
 
 
 def report(real_root: Path, tables: dict[str, str] | None = None) -> dict:
