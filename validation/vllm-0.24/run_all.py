@@ -69,7 +69,8 @@ class Pair:
     #: engine's capacity as for an 8B on one GPU. Chosen from the simulator's saturated
     #: completion rate on the conversation case (offered 20x its rate): Llama-3-8B on an H200
     #: 20.2 req/s, Llama-3-70B at TP2 on two 5.0 (bf16) and 9.0 (fp8), Qwen3-30B-A3B 25.6 and
-    #: Gemma-3-27B 6.3 and DeepSeek-V2-Lite 53.5 on one H200, gpt-oss-20b 32.8 on one H100
+    #: Gemma-3-27B 6.3 and DeepSeek-V2-Lite 53.5 on one H200, gpt-oss-20b 32.8 on one H100,
+    #: Qwen3-30B-A3B at TP2 on two H200s 31.7
     #: (`servesim`'s run of the conv case at rate_scale 20, finished requests over the span to
     #: the last finish). An input, not a
     #: fit: nothing of the real runs is used to choose it.
@@ -99,6 +100,8 @@ PAIRS = (
     Pair("h100", "deepseek-v2-lite", load=1.8),
     # MoE + alternating sliding windows + sinks; bf16 experts; its table is an H100's
     Pair("h100", "gpt-oss-20b", load=1.6),
+    # TP2 of the MoE on 2x H200 (31.7 req/s saturated on its TP2 table, 2026-11-27)
+    Pair("h200", "qwen3-30b-a3b", 2, load=1.55),
 )  # fmt: skip
 #: profiling runs without a replay: (job name, served model, tp)
 PROFILES_ONLY = (
