@@ -374,6 +374,34 @@ def test_quantized_tables_mixed_steps_follow_the_decode_staircase_in_rows(tmp_pa
     assert bf16.heldout()["with_prefill"]["p95"] > 0.05
 
 
+def _eager_truth(r):
+    """`_truth` plus 60 ms of host launches in every step with prompt tokens above the largest
+    graph (512): eager execution on a host-bound engine (Qwen3-30B-A3B at TP2)."""
+    n = r["prefill_tokens"] + r["decode_seqs"]
+    return _truth(r) + (0.06 if r["prefill_tokens"] and n > 512 else 0.0)
+
+
+def test_a_jump_past_the_largest_graph_gets_its_own_knots(tmp_path, monkeypatch):
+    """Steps with prompt tokens that cost 60 ms more once they leave the CUDA graphs: the
+    training steps show the jump (`eager_jump_shows`), the prompt-step curve gets knots at 512
+    and 513, and held-out steps are predicted to rounding (the law is in the model's family);
+    with the fixed knots (the jump rule made unreachable) the cliff is spread from 256 to 1,024
+    tokens and held-out steps with prompts miss by tens of percent."""
+    import simulator.latency.engine_steps as es
+
+    kw = dict(n=1200, truth=_eager_truth, prefill_max=1500)
+    (tmp_path / "jump").mkdir()
+    (tmp_path / "fixed").mkdir()
+    m = EngineStepModel(_table(tmp_path / "jump", **kw), "toy", 1)
+    assert m.token_knots == (1, 256, 512, 513, 1024, 4096, 8192, 16384)
+    assert m.heldout()["with_prefill"]["max"] < 1e-6
+    assert m.step_time(600, 0.0, 1, 0, 0) - m.step_time(400, 0.0, 1, 0, 0) > 0.06
+    monkeypatch.setattr(es, "EAGER_JUMP", 1e9)
+    fixed = EngineStepModel(_table(tmp_path / "fixed", **kw), "toy", 1)
+    assert fixed.token_knots == es.TOKEN_KNOTS
+    assert fixed.heldout()["with_prefill"]["p95"] > 0.2
+
+
 def test_the_clock_dip_is_fitted_on_training_steps_and_judged_on_held_out_ones(tmp_path):
     """A table whose decode steps ran slow after long prefills, as `ClockState` charges them
     (recorded intervals, one step after the other): the fit finds the dip it was made with and
