@@ -75,15 +75,26 @@ def engine_job(spec, model_dir: str, tp: int, shard: bool = False, expert_parall
     job = {"model_dir": model_dir, "tp": 1 if shard else tp, "precision": precision}
     if shard:
         job["shard_tp"] = tp
-    if expert_parallel:
-        check_expert_parallel(spec, tp, "allreduce", "<engine job>", "expert_parallel")
-        if shard:
-            raise ConfigError("<engine job>", "expert_parallel", "a shard runs at TP1: no EP")
+    if expert_layout(spec, tp, shard, expert_parallel, "<engine job>", "expert_parallel"):
         job["engine"] = {"enable_expert_parallel": True}
         job["expert_parallel"] = "allreduce"
     if spec.moe is not None:
         job["routing"] = "token_dependent"
     return job
+
+
+def expert_layout(spec, tp: int, shard: bool, expert_parallel: bool, where: str, key: str):
+    """The `simulator.served` layout an engine job with ``expert_parallel`` serves:
+    ``allreduce`` (vLLM's ``--enable-expert-parallel`` at data parallelism 1), or None without
+    it; a ConfigError naming ``where`` and ``key`` for a dense model, tp 1, experts that do not
+    split over tp, or a shard (it runs at TP1). One check for `engine_job` and the CLI, which
+    also runs it on ``--rebuild`` (no job is built then)."""
+    if not expert_parallel:
+        return None
+    check_expert_parallel(spec, tp, "allreduce", where, key)
+    if shard:
+        raise ConfigError(where, key, "a shard runs at TP1: no EP")
+    return "allreduce"
 
 
 def job_precision(job: dict) -> dict:

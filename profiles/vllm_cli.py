@@ -33,7 +33,6 @@ from simulator.errors import ConfigError
 from simulator.files import check_out_dir
 from simulator.models import load_model
 from simulator.precision import KV_CACHE_DTYPES, WEIGHT_FORMATS
-from simulator.served import check_expert_parallel
 
 ENGINES = ("vllm",)
 
@@ -72,10 +71,9 @@ def profile_main(argv: list[str]) -> int:
     spec = dataclasses.replace(
         _resolve_model(a.model), weights=a.weights, kv_cache_dtype=a.kv_cache_dtype
     )
-    ep = "allreduce" if a.expert_parallel else None
-    check_expert_parallel(spec, a.tp, ep, "<cli>", "--expert-parallel")
-    if ep and a.shard:
-        raise ConfigError("<cli>", "--expert-parallel", "a --shard runs at TP1: no EP")
+    ep = engine_jobs.expert_layout(
+        spec, a.tp, a.shard, a.expert_parallel, "<cli>", "--expert-parallel"
+    )
     out = check_out_dir(a.out)
     raw = out / "raw"
     if not a.rebuild:
