@@ -234,10 +234,11 @@ def _key(r: dict, keys) -> tuple:
 
 
 def _routing_check(m, meta: dict) -> dict | None:
-    """For a mixture-of-experts engine table: its decode steps against the uniform-routing
-    bound (`simulator.latency.routing_check`), on the GPU and precision it measured."""
+    """For a mixture-of-experts engine table: its decode steps against the bound of the
+    routing it was recorded with (`simulator.latency.routing_check`), on the GPU and precision
+    it measured."""
     from simulator.hardware import load_gpu
-    from simulator.latency.routing_check import routing_check, uniform_routing_bound
+    from simulator.latency.routing_check import routing_bound, routing_check
 
     spec = _resolve_model(meta["model"]["name"])
     if spec.moe is None:
@@ -247,7 +248,8 @@ def _routing_check(m, meta: dict) -> dict | None:
                                         if k in prec})  # fmt: skip
     gpu = load_gpu(meta["gpu"]["key"], "meta.yaml", "gpu.key")
     tp = int(meta["tp"])
-    return routing_check(m.rows, uniform_routing_bound(spec, gpu, tp))
+    skew = float(meta.get("routing_skew") or 0.0)
+    return routing_check(m.rows, routing_bound(spec, gpu, tp, skew=skew))
 
 
 def _resolve_model(name: str):

@@ -28,11 +28,32 @@ the same, and both are seeded (the same model and seed give the same weights):
 `register` makes the loader ``dummy_routed`` (vLLM's dummy load, then both changes), which a
 job selects with ``"routing": "token_dependent"`` (`profiles.vllm_run`; vLLM forks its engine
 process after this one registers it: no spawn, see `profiles.vllm_run`).
+
+**Skewed routing** (a job's ``"routing_skew": s``, the simulator's ``model.routing_skew``): a
+real router sends more tokens to some experts than to others (`simulator.served`'s
+``ROUTING_SKEW_SOURCE``: DeepSeek-R1's busiest expert 11.95x the mean, a Zipf exponent of 0.6).
+A trained router does it through the part of its input every token shares; so does this one.
+Every token embedding gets one constant vector ``c`` (seeded N(0, 1) a channel) added, which
+the stream carries through every layer as it carries the embedding, and each router's weight
+is changed along the direction ``u`` in which it sees ``c`` (``g * c / rms(x)``, ``g`` its norm's
+weight): ``W <- W - (W u) u^T / |u|^2 + b u^T / |u|^2``. Every token then gets the same logit
+offset ``b_e`` for expert ``e`` on top of its own N(0, logit_std^2) logits (whose spread the
+projection leaves, less one of H dimensions). ``b`` (`skew_offsets`) is calibrated so that an
+expert of popularity rank ``i`` is in a token's top-k with the probability the simulator's
+`simulator.served.routing_probabilities` gives it: the table is timed with the routing the
+simulator assumes. Which expert holds which rank is drawn per layer (seeded), as hot experts
+differ between layers. Tokens route independently (no correlation between the tokens of one
+sequence): the same assumption as the simulator's `expected_experts_touched`. Only routers that
+rank softmax (or raw) logits in one group can be skewed this way (`check_skewable`): DeepSeek-V3's
+grouped sigmoid routing is refused.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+
+import numpy as np
 
 #: last name component of a router module in vLLM's MoE models: ``mlp.gate`` (Qwen3-MoE,
 #: DeepSeek-V2/V3), ``block_sparse_moe.gate`` (Mixtral), ``mlp.router`` (gpt-oss)
@@ -43,22 +64,122 @@ ROUTER_INPUT_NORM = "post_attention_layernorm"
 #: gpt-oss: ``model.embedding``); never the LM head (``lm_head``)
 EMBEDDING_NAMES = ("embed_tokens", "embedding")
 LOAD_FORMAT = "dummy_routed"
+#: tokens, rounds and step of the Monte-Carlo calibration of the skew offsets (`skew_offsets`):
+#: the coldest of 128 experts at skew 0.6 (p ~ 0.03) has ~900 samples a round; a full step
+#: (1.0) overshoots for 128 experts, 0.5 settles within 20 rounds (checked on 8-128 experts)
+CALIBRATION_TOKENS, CALIBRATION_ROUNDS, CALIBRATION_STEP = 32768, 25, 0.5
 
 
-def reinit_routers(model, num_experts: int, seed: int = 0, logit_std: float = 1.0) -> list[str]:
+@dataclass(frozen=True)
+class SkewPlan:
+    """What a skewed router needs (module docstring): ``offsets``, the logit offset of each
+    popularity rank (hottest first, mean 0), and ``constant``, the vector every token
+    embedding gets added (float64, one value a channel). ``input_rms``: the RMS of an
+    embedding row with it, which the router's norm divides by."""
+
+    skew: float
+    offsets: np.ndarray
+    constant: np.ndarray
+
+    @property
+    def input_rms(self) -> float:
+        return math.sqrt(1.0 + float(np.mean(self.constant**2)))
+
+
+def skew_plan(hf_cfg: dict, skew: float, seed: int = 0, logit_std: float = 1.0) -> SkewPlan:
+    """The `SkewPlan` of a model (its config.json) routed with Zipf exponent ``skew``; the
+    router must be one that can be skewed (`check_skewable`)."""
+    check_skewable(hf_cfg)
+    e, k = num_experts_of(hf_cfg), top_k_of(hf_cfg)
+    constant = np.random.default_rng([seed, 1]).standard_normal(hf_cfg["hidden_size"])
+    return SkewPlan(skew, skew_offsets(e, k, skew, logit_std, seed), constant)
+
+
+def skew_offsets(
+    num_experts: int, top_k: int, skew: float, logit_std: float = 1.0, seed: int = 0
+) -> np.ndarray:
+    """Logit offsets, by popularity rank, that put the expert of rank ``i`` into a token's top
+    ``top_k`` with the probability `simulator.served.routing_probabilities` gives it, when each
+    token's own logits are i.i.d. N(0, ``logit_std``^2): damped fixed-point rounds of ``b +=
+    step x log(target / share)`` on one seeded Monte-Carlo sample (`CALIBRATION_TOKENS`).
+    Deterministic for the same arguments; mean 0; non-increasing up to sampling noise."""
+    from simulator.served import routing_probabilities
+
+    target = np.asarray(routing_probabilities(num_experts, top_k, skew))
+    z = np.random.default_rng(seed).standard_normal((CALIBRATION_TOKENS, num_experts))
+    z *= logit_std
+    b = np.zeros(num_experts)
+    floor = 0.5 / CALIBRATION_TOKENS  # an expert no token picked this round
+    for _ in range(CALIBRATION_ROUNDS):
+        share = topk_shares(z + b, top_k)
+        b += CALIBRATION_STEP * logit_std * (np.log(target) - np.log(np.maximum(share, floor)))
+    return b - b.mean()
+
+
+def topk_shares(logits: np.ndarray, top_k: int) -> np.ndarray:
+    """Per expert (column), the fraction of tokens (rows of ``logits``) that have it among
+    their ``top_k`` largest logits: what a softmax top-k router picks. Sums to ``top_k``."""
+    top = np.argpartition(-logits, top_k - 1, axis=1)[:, :top_k]
+    return np.bincount(top.ravel(), minlength=logits.shape[1]) / logits.shape[0]
+
+
+def offset_router(w: np.ndarray, u: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Router weight ``w`` (experts x hidden) changed so that an input with component ``u``
+    gets logit ``offsets[e]`` from it for expert ``e``, and ``w``'s own response along ``u`` is
+    gone: ``w - (w u) u^T / |u|^2 + offsets u^T / |u|^2``. Inputs orthogonal to ``u`` get
+    exactly ``w``'s logits."""
+    uu = float(u @ u)
+    return w - np.outer(w @ u, u) / uu + np.outer(offsets, u) / uu
+
+
+def check_skewable(hf_cfg: dict) -> None:
+    """Raise ValueError unless the router ranks softmax (or raw) logits over one group of
+    experts, which a logit offset can skew as calibrated (`skew_offsets`): DeepSeek-V3's
+    grouped sigmoid routing with a correction bias is not such a router."""
+    scoring = hf_cfg.get("scoring_func", "softmax")
+    groups = hf_cfg.get("n_group") or 1
+    if scoring != "softmax" or groups > 1:
+        raise ValueError(
+            f"routing_skew needs a router that ranks softmax logits in one group; this one "
+            f"scores by {scoring} over {groups} groups (config.json scoring_func, n_group)"
+        )
+
+
+def top_k_of(hf_cfg: dict) -> int:
+    """Experts each token routes to, from a config.json (``num_experts_per_tok``; gpt-oss:
+    ``experts_per_token``)."""
+    for key in ("num_experts_per_tok", "experts_per_token"):
+        if isinstance(hf_cfg.get(key), int):
+            return hf_cfg[key]
+    raise ValueError("config.json names no experts per token (num_experts_per_tok, "
+                     "experts_per_token)")  # fmt: skip
+
+
+def reinit_routers(
+    model, num_experts: int, seed: int = 0, logit_std: float = 1.0, skew: SkewPlan | None = None
+) -> list[str]:
     """Re-draw every router of ``model`` (a torch module; see the module docstring) and return
     their names. A router is a submodule named ``*.gate`` or ``*.router`` whose 2-D ``weight``
-    has ``num_experts`` rows; none found is a ValueError (the caller asked for routers)."""
+    has ``num_experts`` rows; none found is a ValueError (the caller asked for routers). With
+    ``skew``, each router also gets its layer's offsets along the direction it sees the
+    embedding's constant part in (module docstring; the embedding gets it in
+    `spread_embeddings`)."""
     import torch
 
     gen = torch.Generator(device="cpu").manual_seed(seed)
+    order = np.random.default_rng(seed)  # which expert holds which popularity rank, per layer
+    x_rms = 1.0 if skew is None else skew.input_rms
     done = []
     for name, mod, w in _matrices_named(model, ROUTER_NAMES):
         if w.shape[0] != num_experts:
             continue
-        scale = logit_std / (math.sqrt(w.shape[1]) * _input_rms(model, name))
+        scale = logit_std * x_rms / (math.sqrt(w.shape[1]) * _input_rms(model, name))
         with torch.no_grad():
             draw = torch.randn(tuple(w.shape), generator=gen, dtype=torch.float32) * scale
+            if skew is not None:
+                u = _norm_weight(model, name, w.shape[1]) * skew.constant / x_rms
+                b = skew.offsets[order.permutation(num_experts)]
+                draw = torch.from_numpy(offset_router(draw.double().numpy(), u, b))
             w.copy_(draw.to(dtype=w.dtype, device=w.device))
             for bias in ("bias", "e_score_correction_bias"):
                 b = getattr(mod, bias, None)
@@ -83,20 +204,37 @@ def _matrices_named(model, names: tuple[str, ...]):
 def _input_rms(model, router_name: str) -> float:
     """RMS of the weight of the norm feeding ``router_name`` (its layer's
     ``post_attention_layernorm``), or 1.0 where the model has none there."""
-    layer = router_name.rsplit(".", 2)[0]  # model.layers.N.mlp.gate -> model.layers.N
-    try:
-        norm = model.get_submodule(f"{layer}.{ROUTER_INPUT_NORM}")
-    except AttributeError:
+    norm = _input_norm(model, router_name)
+    if norm is None:
         return 1.0
     w = norm.weight.detach().float()
     rms = float(w.pow(2).mean().sqrt())
     return rms if rms > 0 else 1.0
 
 
-def spread_embeddings(model, seed: int = 0) -> list[str]:
-    """Re-draw the token embedding of ``model`` N(0, 1) (module docstring) and return its
-    module names; none found is a ValueError. Drawn on the weight's device by a seeded
-    generator of that device (a 200k x 2880 table in one call, no host copy)."""
+def _input_norm(model, router_name: str):
+    """The norm module feeding ``router_name`` (its layer's ``post_attention_layernorm``), or
+    None where the model has none there."""
+    layer = router_name.rsplit(".", 2)[0]  # model.layers.N.mlp.gate -> model.layers.N
+    try:
+        return model.get_submodule(f"{layer}.{ROUTER_INPUT_NORM}")
+    except AttributeError:
+        return None
+
+
+def _norm_weight(model, router_name: str, hidden: int) -> np.ndarray:
+    """The per-channel weight (float64) of the norm feeding ``router_name``; ones without one."""
+    norm = _input_norm(model, router_name)
+    if norm is None:
+        return np.ones(hidden)
+    return norm.weight.detach().double().cpu().numpy()
+
+
+def spread_embeddings(model, seed: int = 0, skew: SkewPlan | None = None) -> list[str]:
+    """Re-draw the token embedding of ``model`` N(0, 1) (module docstring), plus ``skew``'s
+    constant vector in every row when given, and return its module names; none found is a
+    ValueError. Drawn on the weight's device by a seeded generator of that device (a 200k x
+    2880 table in one call, no host copy)."""
     import torch
 
     done = []
@@ -104,6 +242,8 @@ def spread_embeddings(model, seed: int = 0) -> list[str]:
         gen = torch.Generator(device=w.device).manual_seed(seed)
         with torch.no_grad():
             w.copy_(torch.randn(tuple(w.shape), generator=gen, device=w.device, dtype=w.dtype))
+            if skew is not None:
+                w.add_(torch.from_numpy(skew.constant).to(dtype=w.dtype, device=w.device))
         done.append(name)
     if not done:
         raise ValueError(
@@ -121,20 +261,85 @@ def num_experts_of(hf_cfg: dict) -> int:
                      "n_routed_experts)")  # fmt: skip
 
 
-def register(num_experts: int, seed: int = 0) -> str:
-    """Register vLLM's ``dummy_routed`` load format (needs vLLM; before the engine starts: its
-    processes are forked from this one) and return its name."""
+def routing_at_load(model, num_experts: int, top_k: int, tokens: int = 4096, seed: int = 0) -> dict:
+    """What the routers of ``model`` do with ``tokens`` random token ids (seeded) right after
+    the load, to set against the routing asked for: each router's top-k over the ids'
+    embedding rows, RMS-normalized and times its norm's weight (what its layer's
+    post-attention norm gives it, less the ~1e-3 that the layers before add). Per router, the
+    experts' shares by rank (`topk_shares`) and the distinct experts that groups of 8 and 64
+    tokens touch; returned as medians over the routers (`summarize_routing`)."""
+    import torch
+
+    emb = next(w for _, _, w in _matrices_named(model, EMBEDDING_NAMES))
+    gen = torch.Generator(device="cpu").manual_seed(seed + 2)
+    ids = torch.randint(0, emb.shape[0], (tokens,), generator=gen).to(emb.device)
+    with torch.no_grad():
+        x = emb[ids].float()
+        x = x / x.pow(2).mean(-1, keepdim=True).sqrt()
+        tops = []
+        for name, _, w in _matrices_named(model, ROUTER_NAMES):
+            if w.shape[0] != num_experts:
+                continue
+            norm = _input_norm(model, name)
+            xn = x * norm.weight.float() if norm is not None else x
+            tops.append(torch.topk(xn @ w.float().T, top_k, dim=1).indices.cpu().numpy())
+    return summarize_routing(tops, num_experts, top_k)
+
+
+def summarize_routing(tops: list[np.ndarray], num_experts: int, top_k: int) -> dict:
+    """Medians over routers of what each router's ``top`` (tokens x top_k expert ids) shows:
+    the hottest expert's load over the mean (``max_over_mean``), the expert shares by rank
+    (``shares_by_rank``, each the fraction of tokens that picked it) and the distinct experts
+    touched by groups of 8 and 64 consecutive tokens (``touched``)."""
+    by_rank, worst, touched = [], [], {8: [], 64: []}
+    for top in tops:
+        counts = np.bincount(top.ravel(), minlength=num_experts)
+        shares = np.sort(counts)[::-1] / top.shape[0]
+        by_rank.append(shares)
+        worst.append(shares[0] * num_experts / top_k)
+        for t in touched:
+            n = top.shape[0] // t * t
+            groups = np.sort(top[:n].reshape(-1, t * top_k), axis=1)
+            touched[t].append(float(np.mean(1 + np.count_nonzero(np.diff(groups, axis=1), 1))))
+    return {
+        "routers": len(tops),
+        "tokens": int(tops[0].shape[0]) if tops else 0,
+        "max_over_mean": round(float(np.median(worst)), 3),
+        "touched": {str(t): round(float(np.median(v)), 2) for t, v in touched.items()},
+        "shares_by_rank": [round(float(x), 5) for x in np.median(by_rank, axis=0)],
+    }
+
+
+def register(hf_cfg: dict, seed: int = 0, skew: float = 0.0, report: str | None = None) -> str:
+    """Register vLLM's ``dummy_routed`` load format for the model of config.json ``hf_cfg``
+    (needs vLLM; before the engine starts: its processes are forked from this one) and return
+    its name. ``skew``: the routers' Zipf exponent (module docstring; 0 = uniform). ``report``:
+    a path stem under which each engine process writes `routing_at_load` as
+    ``<report>.<pid>.json``."""
+    import json
+    import os
+
     from vllm.model_executor.model_loader import register_model_loader
     from vllm.model_executor.model_loader.dummy_loader import DummyModelLoader
+
+    num_experts, top_k = num_experts_of(hf_cfg), top_k_of(hf_cfg)
+    plan = skew_plan(hf_cfg, skew, seed) if skew else None  # calibrated before the fork
 
     @register_model_loader(LOAD_FORMAT)
     class DummyRoutedLoader(DummyModelLoader):
         def load_weights(self, model, model_config) -> None:
             super().load_weights(model, model_config)
-            reinit_routers(model, num_experts, seed)
-            spread_embeddings(model, seed)
+            reinit_routers(model, num_experts, seed, skew=plan)
+            spread_embeddings(model, seed, skew=plan)
+            if report is not None:
+                seen = routing_at_load(model, num_experts, top_k, seed=seed)
+                with open(f"{report}.{os.getpid()}.json", "w") as f:
+                    json.dump(seen, f)
 
     return LOAD_FORMAT
 
 
-__all__ = ["reinit_routers", "spread_embeddings", "register", "num_experts_of", "LOAD_FORMAT"]
+__all__ = [
+    "reinit_routers", "spread_embeddings", "register", "num_experts_of", "top_k_of",
+    "skew_plan", "skew_offsets", "SkewPlan", "routing_at_load", "LOAD_FORMAT",
+]  # fmt: skip

@@ -68,7 +68,8 @@ def engine_job(spec, model_dir: str, tp: int, shard: bool = False, expert_parall
     parallelism: the `simulator.served` layout ``allreduce``); for a mixture of experts, routers
     re-drawn after the dummy load so that a batch spreads over the experts as uniform routing does
     (``routing: token_dependent``, `profiles.dummy_routing`; every shipped MoE table was recorded
-    with it or passes `simulator.latency.routing_check` without it).
+    with it or passes `simulator.latency.routing_check` without it), skewed as the model's
+    ``routing_skew`` says (``routing_skew``; absent: uniform).
     One builder for `servesim profile` / `validate` and `run_all.py`, so that a table and the
     replay it is judged on are recorded the same way."""
     precision = {"weights": spec.weights, "kv_cache_dtype": spec.kv_cache_dtype}
@@ -80,6 +81,8 @@ def engine_job(spec, model_dir: str, tp: int, shard: bool = False, expert_parall
         job["expert_parallel"] = "allreduce"
     if spec.moe is not None:
         job["routing"] = "token_dependent"
+        if spec.moe.routing_skew:
+            job["routing_skew"] = spec.moe.routing_skew
     return job
 
 

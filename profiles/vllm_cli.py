@@ -31,7 +31,7 @@ from simulator.argtypes import positive_int
 from simulator.config import blame_overrides
 from simulator.errors import ConfigError
 from simulator.files import check_out_dir
-from simulator.models import load_model
+from simulator.models import load_model, with_routing_skew
 from simulator.precision import KV_CACHE_DTYPES, WEIGHT_FORMATS
 
 ENGINES = ("vllm",)
@@ -58,6 +58,14 @@ def profile_main(argv: list[str]) -> int:
         help="vLLM's --enable-expert-parallel over the --tp GPUs (whole experts per GPU, "
         "attention TP; the simulator's hardware.expert_parallel: true)",
     )
+    ap.add_argument(
+        "--routing-skew",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="MoE routers skewed as the simulator's model.routing_skew S (a Zipf exponent over "
+        "the experts' popularity; default 0 = uniform; profiles/dummy_routing.py)",
+    )
     ap.add_argument("--gpu-key", default=None, help="table folder name (default from the GPU)")
     ap.add_argument("--out", required=True, help="table folder (raw runs go to OUT/raw)")
     ap.add_argument("--rebuild", action="store_true", help="rebuild OUT from OUT/raw (no GPU)")
@@ -71,6 +79,8 @@ def profile_main(argv: list[str]) -> int:
     spec = dataclasses.replace(
         _resolve_model(a.model), weights=a.weights, kv_cache_dtype=a.kv_cache_dtype
     )
+    if a.routing_skew:
+        spec = with_routing_skew(spec, a.routing_skew, "<cli>", "--routing-skew")
     ep = engine_jobs.expert_layout(
         spec, a.tp, a.shard, a.expert_parallel, "<cli>", "--expert-parallel"
     )

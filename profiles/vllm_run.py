@@ -23,7 +23,9 @@ A job's ``precision`` (``{"weights": bf16|fp8|int4, "kv_cache_dtype": bf16|fp8}`
 bf16) becomes engine arguments (`profiles.hf_config.engine_precision`); the model folder's
 ``config.json`` must have been written for the same weights (an int4 checkpoint config). A job
 with ``"routing": "token_dependent"`` re-draws its MoE routers and its token embedding after
-the dummy load (`profiles.dummy_routing`). A job with ``shard_tp: K`` runs at TP1 a
+the dummy load (`profiles.dummy_routing`), skewed by ``"routing_skew": s`` (a Zipf exponent),
+and writes what its routers do with random tokens into engine.json (``routing_at_load``). A
+job with ``shard_tp: K`` runs at TP1 a
 ``config.json`` of one GPU's shard of a K-way TP layout (`profiles.hf_config.shard_config`);
 the table built from it adds the layout's collectives (`simulator.latency.shard`).
 
@@ -328,13 +330,18 @@ async def main_async(job: dict, out: Path) -> None:
     cfg_adds, args = engine_precision(prec["weights"], prec["kv_cache_dtype"])
     if _quant_method(cfg_adds) != _quant_method(model_cfg):  # block-wise FP8 is still fp8
         raise SystemExit(f"{job['model_dir']}/config.json was not written for {prec['weights']}")
-    load_format = _load_format(job, model_cfg)
+    load_format = _load_format(job, model_cfg, out / "routing_at_load")
     engine = start_engine(
         job["model_dir"], job.get("tp", 1), {**args, **job.get("engine", {})}, load_format
     )
     facts = engine_facts(engine)
     facts["job"], facts["precision"] = job, prec
     facts["routing"] = job.get("routing", "dummy")
+    if job.get("routing_skew"):
+        facts["routing_skew"] = float(job["routing_skew"])
+    seen = sorted(out.glob("routing_at_load.*.json"))  # one per engine process (TP rank)
+    if seen:
+        facts["routing_at_load"] = json.loads(seen[0].read_text())
     facts["env"] = env
     (out / "engine.json").write_text(json.dumps(facts, indent=1))
     print(json.dumps(facts), flush=True)
@@ -388,17 +395,27 @@ async def warm_up(engine, vocab: int, facts: dict) -> None:
     await asyncio.gather(*(warm.request(f"warmup/d{i}", 16, 2 + i) for i in range(WARMUP_DRAIN)))
 
 
-def _load_format(job: dict, model_cfg: dict) -> str:
+def _load_format(job: dict, model_cfg: dict, report: Path) -> str:
     """vLLM's dummy load, or with ``"routing": "token_dependent"`` the dummy load with its MoE
-    routers re-drawn (`profiles.dummy_routing`; registered here, before the engine forks)."""
+    routers re-drawn (`profiles.dummy_routing`; registered here, before the engine forks),
+    skewed by the job's ``routing_skew`` (a Zipf exponent; absent or 0: uniform). What the
+    routers do right after the load is written under ``report`` (`routing_at_load`)."""
     routing = job.get("routing", "dummy")
+    skew = job.get("routing_skew", 0.0)
     if routing == "dummy":
+        if skew:
+            raise SystemExit("job routing_skew needs routing: token_dependent")
         return "dummy"
     if routing != "token_dependent":
         raise SystemExit(f"job routing: expected dummy or token_dependent, got {routing!r}")
+    if not isinstance(skew, (int, float)) or not 0 <= skew < 16:
+        raise SystemExit(f"job routing_skew: expected a Zipf exponent in [0, 16), got {skew!r}")
     from profiles import dummy_routing
 
-    return dummy_routing.register(dummy_routing.num_experts_of(model_cfg))
+    try:
+        return dummy_routing.register(model_cfg, skew=float(skew), report=str(report))
+    except ValueError as e:
+        raise SystemExit(f"{job['model_dir']}/config.json: {e}") from None
 
 
 def _quant_method(cfg: dict) -> str | None:

@@ -39,7 +39,7 @@ from simulator.latency.base import chunk_attn_pairs
 from simulator.latency.engine_steps import STEP_COLUMNS
 from simulator.models import ModelSpec
 from simulator.precision import Precision
-from simulator.served import ShardedModel
+from simulator.served import ShardedModel, expected_experts_touched, routing_imbalance
 
 
 def step_rows(steps: list[dict], reads=None, contexts: list | None = None) -> list[dict]:
@@ -455,6 +455,7 @@ def build_table(
     # refuse a run of another precision or expert layout before writing anything
     precision = _served_precision(run_dir, engine, spec)
     _check_expert_parallel(run_dir, engine, expert_parallel)
+    skew = _check_routing_skew(run_dir, engine, spec)
     shard = _shard(run_dir, engine, tp)
     loaded_gib = check_weights_loaded(run_dir, spec, tp)
     phase = load_profile_phase(run_dir)
@@ -496,6 +497,10 @@ def build_table(
         meta["shard"] = shard
     if expert_parallel:
         meta["expert_parallel"] = expert_parallel
+    if skew:
+        meta["routing_skew"] = skew
+    if "routing_at_load" in engine:
+        meta["routing_at_load"] = routing_seen(engine["routing_at_load"], spec, skew)
     (out_dir / "meta.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
     return meta
 
@@ -562,6 +567,38 @@ def _served_precision(run_dir: Path, engine: dict, spec: ModelSpec) -> dict:
             f"{spec.precision.describe()}",
         )
     return precision
+
+
+def _check_routing_skew(run_dir: Path, engine: dict, spec: ModelSpec) -> float:
+    """The router skew the run served (engine.json ``routing_skew``, absent: 0 = uniform);
+    a ConfigError naming the file and field unless it is the model's ``routing_skew``: a
+    table timed one router's expert load, and no other."""
+    ran = float(engine.get("routing_skew", 0.0))
+    asked = spec.moe.routing_skew if spec.moe is not None else 0.0
+    if ran != asked:
+        raise ConfigError(str(run_dir / "engine.json"), "routing_skew", f"the run routed with "
+                          f"skew {ran:g}; the table is asked for skew {asked:g} (model."
+                          "routing_skew, --routing-skew)")  # fmt: skip
+    return ran
+
+
+def routing_seen(seen: dict, spec: ModelSpec, skew: float) -> dict:
+    """What the run's routers did with random tokens at load (`profiles.dummy_routing.
+    routing_at_load`) beside what the simulator assumes for ``skew``
+    (`simulator.served.routing_imbalance`, `expected_experts_touched`)."""
+    e, k = spec.moe.num_experts, spec.moe.top_k
+    touched = {t: round(expected_experts_touched(e, k, int(t), skew), 2) for t in seen["touched"]}
+    return {
+        "routers": seen["routers"],
+        "tokens": seen["tokens"],
+        "max_over_mean": {"seen": seen["max_over_mean"],
+                          "asked": round(routing_imbalance(e, k, skew), 3)},
+        "experts_touched": {"seen": seen["touched"], "asked": touched},
+        "note": "seen: each router's top-k of random token ids' embedding rows at load, "
+                "medians over routers (profiles/dummy_routing.py routing_at_load); asked: the "
+                "simulator's (max_over_mean in the many-token limit: a 4,096-token sample's "
+                "max sits above it by sampling noise, ~1.1-1.25 for uniform routing)",
+    }  # fmt: skip
 
 
 def _meta(run_dir: Path, engine: dict, gpu_key: str, spec: ModelSpec, tp: int, m: dict) -> dict:

@@ -72,7 +72,8 @@ class MoEConfig:
     ``expert_bias``: gpt-oss experts carry biases. ``routing_skew``: how far from uniform the
     router spreads tokens, a Zipf exponent over the experts' popularity ranks (0: uniform, the
     default; `simulator.served.routing_probabilities`, and `ROUTING_SKEW_SOURCE` there for a
-    measured figure). Set by ``model.routing_skew``; only the roofline model reads it.
+    measured figure). Set by ``model.routing_skew``; the roofline model reads it, and an engine
+    table is used only for the skew it was recorded with (`simulator.latency.select`).
     """
 
     num_experts: int
@@ -602,6 +603,17 @@ def load_model(value: Any, where: str, key: str) -> ModelSpec:
         raise ConfigError(where, key, f"{e} (overriding shapes of {base_name})") from None
 
 
+def with_routing_skew(spec: ModelSpec, skew: float, where: str, key: str) -> ModelSpec:
+    """``spec`` with its router skewed by ``skew`` (a Zipf exponent, see `MoEConfig`), for
+    options outside a model section (``servesim profile --routing-skew``); a ConfigError
+    naming ``where`` and ``key`` for a dense model or a skew that is not finite and >= 0."""
+    if spec.moe is None:
+        raise ConfigError(where, key, f"{spec.name} is a dense model: no experts to route to")
+    if not 0 <= skew < math.inf:
+        raise ConfigError(where, key, f"expected a Zipf exponent >= 0, got {skew}")
+    return replace(spec, moe=replace(spec.moe, routing_skew=float(skew)))
+
+
 def _with_routing_skew(moe, skew: float, name: str, sec: Section):
     """``model.routing_skew``: the MoE config with that router skew (a Zipf exponent, see
     `MoEConfig`); a ConfigError for a dense model."""
@@ -661,6 +673,7 @@ def _load_config_file(sec: Section, where: str) -> ModelSpec:
 
 
 __all__ = [
+    "with_routing_skew",
     "MODELS",
     "MODEL_ALIASES",
     "ModelSpec",

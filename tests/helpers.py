@@ -8,7 +8,9 @@ from tests.policy_kit import run, spec
 __all__ = ["LinearLatency", "run_engine", "spec", "tiny_config"]
 
 
-def tiny_config(model: str, hardware: dict, latency: dict, policy: str = "continuous") -> dict:
+def tiny_config(
+    model: str | dict, hardware: dict, latency: dict, policy: str = "continuous"
+) -> dict:
     """An experiment config of 4 fixed-size requests (64 prompt, 4 output tokens, Poisson at
     5 req/s) on ``model`` with these ``hardware`` / ``latency`` sections: for tests of what a
     config resolves to (tables picked, refusals), not of its numbers."""

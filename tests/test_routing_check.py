@@ -13,8 +13,8 @@ from simulator.latency.engine_steps import EngineStepModel
 from simulator.latency.routing_check import (
     BOUND_TERMS,
     MIN_BATCH,
+    routing_bound,
     routing_check,
-    uniform_routing_bound,
 )
 from simulator.models import load_model
 from simulator.runner import build, simulate
@@ -23,7 +23,7 @@ from tests.test_engine_steps import _table, _truth
 REPO = Path(__file__).resolve().parents[1]
 H200 = load_gpu("h200", "t", "gpu")
 QWEN3 = load_model("qwen3-30b-a3b", "t", "model")
-BOUND = uniform_routing_bound(QWEN3, H200, 1)
+BOUND = routing_bound(QWEN3, H200, 1)
 
 
 def _bound(r) -> float:
@@ -55,7 +55,7 @@ def test_the_bound_is_the_rooflines_work_terms_without_overhead_or_collectives()
 
 
 @pytest.mark.parametrize("factor, flagged", [(1.3, False), (0.5, True)])
-def test_steps_below_the_uniform_routing_bound_flag_the_table(tmp_path, factor, flagged):
+def test_steps_below_the_routing_bound_flag_the_table(tmp_path, factor, flagged):
     m = EngineStepModel(_moe_table(tmp_path, factor), "qwen3-30b-a3b", 1)
     check = routing_check(m.rows, BOUND)
     checked = [r for r in m.rows if not r["prefill_tokens"] and r["decode_seqs"] >= MIN_BATCH]
@@ -102,5 +102,5 @@ def test_shipped_tables_route_token_dependently(folder, model, gpu, flagged):
     concentrated table is tested above on a synthetic one."""
     spec = load_model(model, "t", "model")
     m = EngineStepModel(REPO / "profiles" / folder, spec.name, 1)
-    bound = uniform_routing_bound(spec, load_gpu(gpu, "t", "gpu"), 1)
+    bound = routing_bound(spec, load_gpu(gpu, "t", "gpu"), 1)
     assert routing_check(m.rows, bound)["concentrated"] is flagged

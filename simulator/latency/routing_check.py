@@ -9,7 +9,8 @@ the weights of a few experts instead of those of the ``expected_experts_touched`
 routing gives, and runs faster than real-weight serving would.
 
 The check needs no GPU: each recorded decode-only step of ``MIN_BATCH`` sequences or more is
-compared with a **lower bound** on that step under uniform routing, the roofline's time for the
+compared with a **lower bound** on that step under uniform routing (or the skewed routing a
+table was recorded with, `routing_bound`), the roofline's time for the
 step's GEMM weights and activations, attention, elementwise and LM-head traffic at the GPU's
 datasheet peaks, with no fixed overhead and no collectives (`RooflineLatencyModel.breakdown`).
 No step that really read those bytes can take less. When ``FLAG_SHARE`` of the checked steps or
@@ -33,14 +34,16 @@ MAX_STEPS = 600
 BOUND_TERMS = ("gemm", "attention", "elementwise", "lm_head")
 
 
-def uniform_routing_bound(model, gpu, tp: int, expert_parallel: str | None = None):
-    """The roofline whose work terms bound a step under uniform routing (no fixed overhead,
-    no router skew) for ``model`` on ``gpu`` at ``tp`` (with ``expert_parallel``, the busiest
-    GPU's share of the experts): what `routing_check` compares with."""
+def routing_bound(model, gpu, tp: int, expert_parallel: str | None = None, skew: float = 0.0):
+    """The roofline whose work terms bound a step (no fixed overhead) for ``model`` on ``gpu``
+    at ``tp`` (with ``expert_parallel``, the busiest GPU's share of the experts) under the
+    routing the table was recorded with: uniform, or skewed by ``skew`` (a table recorded with
+    a skewed router touches fewer experts, and its bound is lower): what `routing_check`
+    compares with."""
     from simulator.latency.roofline import RooflineLatencyModel
 
     return RooflineLatencyModel(
-        model, gpu, tp, 0.0, moe_routing_skew=0.0, expert_parallel=expert_parallel
+        model, gpu, tp, 0.0, moe_routing_skew=skew, expert_parallel=expert_parallel
     )
 
 
@@ -92,5 +95,5 @@ def routing_warning(name: str, check: dict) -> str:
     )
 
 
-__all__ = ["routing_check", "routing_warning", "uniform_routing_bound", "MIN_BATCH",
+__all__ = ["routing_check", "routing_warning", "routing_bound", "MIN_BATCH",
            "FLAG_SHARE"]  # fmt: skip

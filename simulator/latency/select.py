@@ -51,9 +51,17 @@ def table_folder(model: ModelSpec, tp: int, expert_parallel: str | None = None) 
     """A table's folder name: ``<model>_tp<k>`` for bf16 weights and KV, else with the
     precision's label between (``llama-3-8b_fp8_tp1``, ``llama-3-8b_int4-kv-bf16_tp1``);
     with expert parallelism (vLLM's, the ``allreduce`` layout) ``_ep<k>`` after
-    (``qwen3-30b-a3b_tp2_ep2``)."""
+    (``qwen3-30b-a3b_tp2_ep2``); a skewed router (``routing_skew``) ``_skew<s>`` before the TP
+    (``qwen3-30b-a3b_skew0.6_tp1``)."""
     name = model.name if model.precision == Precision() else f"{model.name}_{model.precision.label}"
+    if _skew(model):
+        name += f"_skew{_skew(model):g}"
     return f"{name}_tp{tp}" + (f"_ep{tp}" if expert_parallel else "")
+
+
+def _skew(model: ModelSpec) -> float:
+    """The model's router skew (0 for dense models and uniform routers)."""
+    return model.moe.routing_skew if model.moe is not None else 0.0
 
 
 def default_table_dir(
@@ -91,6 +99,12 @@ def _table_mismatch(
             f"the table {_label(table_dir)} measured {measured.describe()}; {model.name} is "
             f"served with {model.precision.describe()}"
         )
+    table_skew = float(meta.get("routing_skew") or 0.0)
+    if table_skew != _skew(model):
+        return (
+            f"the table {_label(table_dir)} timed {_routing(table_skew)}; {model.name} is served "
+            f"with {_routing(_skew(model))} (model.routing_skew)"
+        )
     table_ep = meta.get("expert_parallel") or None
     if table_ep != expert_parallel:
         return (
@@ -105,6 +119,10 @@ def _table_mismatch(
             f"runs the op list {ours}"
         )
     return None
+
+
+def _routing(skew: float) -> str:
+    return f"routing skewed {skew:g} (Zipf)" if skew else "uniform routing"
 
 
 def _layout(expert_parallel: str | None) -> str:
@@ -174,10 +192,6 @@ def build_latency(
         return lat
     if overhead_ms is not None:
         raise sec.error("step_overhead_ms", "only the roofline model takes a fixed overhead")
-    if model.moe is not None and model.moe.routing_skew:
-        raise sec.error("model", f"model.routing_skew is read by the roofline model only; the "
-                        f"table {_label(table_dir)} timed its own router (use model: "
-                        "roofline)")  # fmt: skip
     return _table_latency(sec, table_dir, model, gpu, tp, coll_spec, collectives, expert_parallel)
 
 
@@ -200,10 +214,11 @@ def _pick_table(
     ep = expert_parallel
     shipped = default_table_dir(model, gpu, tp, engine, ep) if table is None else None
     table_dir = shipped
-    if table is None and shipped is None and model.precision != Precision():
-        # the model's bf16 table, when shipped, is checked (and refused) so that the fallback to
-        # the roofline model, or the error of `profile`, says why it is not used
-        table_dir = default_table_dir(_bf16(model), gpu, tp, engine, ep)
+    if table is None and shipped is None and (model.precision != Precision() or _skew(model)):
+        # the model's bf16 table of uniform routing, when shipped, is checked (and refused) so
+        # that the fallback to the roofline model, or the error of `profile`, says why it is
+        # not used
+        table_dir = default_table_dir(_defaults(model), gpu, tp, engine, ep)
     if table is not None:
         table_dir = _resolve(table, Path(base_dir))
         if table_dir is None:
@@ -249,18 +264,20 @@ def _table_latency(
 
 def _checked_routing(lat, model: ModelSpec, gpu: GPUSpec, tp: int, expert_parallel=None):
     """``lat`` (an engine table's model) with, for a mixture of experts, the check of its
-    decode steps against the uniform-routing bound (`simulator.latency.routing_check`) in
+    decode steps against the bound of the routing it was recorded with, the model's
+    (`simulator.latency.routing_check`, `_table_mismatch` makes them the same) in
     ``lat.routing`` and, when the table's routing was concentrated, a warning every run
     carries. Step times are unchanged."""
     if model.moe is None:
         return lat
     from simulator.latency.routing_check import (
+        routing_bound,
         routing_check,
         routing_warning,
-        uniform_routing_bound,
     )
 
-    lat.routing = routing_check(lat.rows, uniform_routing_bound(model, gpu, tp, expert_parallel))
+    bound = routing_bound(model, gpu, tp, expert_parallel, _skew(model))
+    lat.routing = routing_check(lat.rows, bound)
     if lat.routing["concentrated"]:
         lat.warnings.append(routing_warning(lat.name, lat.routing))
     return lat
@@ -275,8 +292,10 @@ def _is_shard(table_dir: Path) -> bool:
     return isinstance(meta, dict) and shard_tp(meta, str(path)) is not None
 
 
-def _bf16(model: ModelSpec) -> ModelSpec:
-    return dataclasses.replace(model, weights="bf16", kv_cache_dtype="bf16")
+def _defaults(model: ModelSpec) -> ModelSpec:
+    """``model`` in bf16 weights and KV, routed uniformly: what the default tables measured."""
+    moe = model.moe and dataclasses.replace(model.moe, routing_skew=0.0)
+    return dataclasses.replace(model, weights="bf16", kv_cache_dtype="bf16", moe=moe)
 
 
 def _roofline(model, gpu, tp, overhead_ms, where, key, expert_parallel=None, collectives=None):

@@ -47,6 +47,9 @@ SERVED = {
     "llama-3-70b-fp8": "{base: llama-3-70b, weights: fp8, kv_cache_dtype: fp8}",
     "llama-3-70b-int4": "{base: llama-3-70b, weights: int4}",
     "qwen3-30b-a3b": "qwen3-30b-a3b",
+    # routers skewed as DeepSeek-R1's measured imbalance (`simulator.served.ROUTING_SKEW_SOURCE`)
+    "qwen3-30b-a3b-skew0.6": "{base: qwen3-30b-a3b, routing_skew: 0.6}",
+    "gpt-oss-20b-skew0.6": "{base: gpt-oss-20b, routing_skew: 0.6}",
     "llama-3.1-8b": "llama-3.1-8b",
     "gemma-3-27b": "gemma-3-27b",
     "deepseek-v2-lite": "deepseek-v2-lite",
@@ -115,6 +118,9 @@ PROFILES_ONLY = (
     ("h200_gpt-oss-20b", "gpt-oss-20b", 1),
     # TP2 on the 2-GPU machine: the tensor-parallel side of TP vs EP (experiments/moe_tp_vs_ep)
     ("h200_qwen3-30b-a3b_tp2", "qwen3-30b-a3b", 2),
+    # skewed routing through the engine (`profiles.dummy_routing`, "Skewed routing")
+    ("h200_qwen3-30b-a3b_skew0.6", "qwen3-30b-a3b-skew0.6", 1),
+    ("h200_gpt-oss-20b_skew0.6", "gpt-oss-20b-skew0.6", 1),
 )
 #: profiling runs with vLLM's --enable-expert-parallel over the tp GPUs (no data parallelism:
 #: whole experts per GPU, attention TP; `simulator.served` layout ``allreduce``)
