@@ -89,10 +89,10 @@ def read_expert_parallel(hw: Section, model, tp: int) -> str | None:
         raise hw.error("expert_parallel", f"expected false, true or one of {list(EP_MODES)}, "
                        f"got {value!r}")  # fmt: skip
     check_expert_parallel(model, tp, mode, hw.where, hw.key("expert_parallel"))
-    if mode and model.moe.routing_skew:
-        raise hw.error("expert_parallel", "model.routing_skew with expert parallelism is not "
-                       "modelled (the busiest GPU depends on where the popular experts are "
-                       "placed)")  # fmt: skip
+    if mode == "all_to_all" and model.moe.routing_skew:
+        raise hw.error("expert_parallel", "model.routing_skew with all_to_all is not modelled "
+                       "(the busiest GPU's dispatch and combine traffic under skew); "
+                       "expert_parallel: true (all-reduce) is")  # fmt: skip
     return mode
 
 

@@ -160,9 +160,9 @@ def test_describe_flags_the_estimate():
     assert any("not measured" in w for w in ar.describe()["warnings"])
     assert "expert_parallel" not in RooflineLatencyModel(MODELS["mixtral-8x7b"], GPUS["h200"],
                                                          2).describe()  # fmt: skip
-    with pytest.raises(ValueError, match="skew"):
+    with pytest.raises(ValueError, match="skew with all_to_all"):
         RooflineLatencyModel(MODELS["mixtral-8x7b"], GPUS["h200"], 2, moe_routing_skew=1.0,
-                             expert_parallel="allreduce")  # fmt: skip
+                             expert_parallel="all_to_all")  # fmt: skip
 
 
 def _config(model: str, tp: int, ep, latency="roofline") -> dict:

@@ -136,6 +136,6 @@ def test_routing_skew_refused_where_not_modelled():
     from tests.policy_kit import config, simulate_config
 
     model = {"base": "qwen3-30b-a3b", "routing_skew": 0.6}
-    with pytest.raises(ConfigError, match="expert parallelism is not modelled"):
-        simulate_config(config(model=model, hardware={"gpu": "h200", "tp": 2,
-                                                      "expert_parallel": True}))  # fmt: skip
+    with pytest.raises(ConfigError, match="routing_skew with all_to_all is not modelled"):
+        hw = {"gpu": "h200", "tp": 2, "expert_parallel": "all_to_all"}
+        simulate_config(config(model=model, hardware=hw))

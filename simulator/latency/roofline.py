@@ -49,6 +49,7 @@ few float operations (about 0.8 us per call with Python 3.11; see ``tests/test_r
 
 from __future__ import annotations
 
+from simulator.ep_skew import ep_skewed_tokens, ep_skewed_touched
 from simulator.hardware import GPUSpec, LinkSpec, default_tp_link
 from simulator.latency.collectives import CollectiveTimes, StepCollectives
 from simulator.models import ModelSpec
@@ -144,10 +145,10 @@ class RooflineLatencyModel:
         if moe_routing_skew is None:
             moe_routing_skew = model.moe.routing_skew if model.moe is not None else 0.0
         self.moe_routing_skew = float(moe_routing_skew)
-        if expert_parallel and self.moe_routing_skew:
+        if expert_parallel == "all_to_all" and self.moe_routing_skew:
             raise ValueError(
-                "moe_routing_skew with expert parallelism is not modelled (the "
-                "busiest GPU depends on where the popular experts are placed)"
+                "moe_routing_skew with all_to_all expert parallelism is not modelled (the "
+                "busiest GPU's dispatch and combine traffic under skew)"
             )
         #: measured collectives of this GPU and group size (`simulator.latency.collectives`),
         #: or None: the link estimate; measured times are not linear in tokens, so they are
@@ -292,7 +293,7 @@ class RooflineLatencyModel:
             if g.scope != "layer" or g.kind not in ("gemm", "moe"):
                 continue
             n_layers = sm.layers_of(g)
-            load = _ep_load(g, t) if g.ep else 1.0  # busiest GPU's tokens over the mean
+            load = self._ep_load(g, t) if g.ep else 1.0  # busiest GPU's tokens over the mean
             f = n_layers * t * g.count * g.flops_per_token * load
             b = n_layers * g.count * (self._weight_read(g, t) + t * g.act_bytes_per_token * load)
             op("gemm", f, b, self._gemm_peak)
@@ -334,14 +335,31 @@ class RooflineLatencyModel:
     def _weight_read(self, op, tokens: float) -> float:
         """Weight bytes ``op`` reads in a step of ``tokens`` tokens: all of them, or for routed
         experts those of the distinct experts the tokens touch (`expected_experts_touched`;
-        with expert parallelism, the expected most any GPU touches, `ep_experts_touched`)."""
+        with expert parallelism, the expected most any GPU touches, `ep_experts_touched`, or
+        under a skewed router `simulator.ep_skew.ep_skewed_touched`)."""
         if op.kind != "moe":
             return op.weight_bytes
         if op.ep:
-            _, touched = ep_experts_touched(op.experts * op.ep, op.top_k, op.ep, tokens)
+            e, skew = op.experts * op.ep, self.moe_routing_skew
+            if skew:
+                _, touched = ep_skewed_touched(e, op.top_k, op.ep, skew, tokens)
+            else:
+                _, touched = ep_experts_touched(e, op.top_k, op.ep, tokens)
             return op.weight_bytes * touched / op.experts
         touched = expected_experts_touched(op.experts, op.top_k, tokens, self.moe_routing_skew)
         return op.weight_bytes * touched / op.experts
+
+    def _ep_load(self, op, tokens: float) -> float:
+        """The busiest GPU's expert copies over the mean (>= 1) for an expert-parallel op: its
+        per-token figures are the mean share, the step waits for the expected max
+        (`ep_expert_tokens`; under a skewed router `simulator.ep_skew.ep_skewed_tokens`, where
+        the hot experts' placement adds to the sampling noise)."""
+        e, skew = op.experts * op.ep, self.moe_routing_skew
+        if skew:
+            mean, most = ep_skewed_tokens(e, op.top_k, op.ep, skew, tokens)
+        else:
+            mean, most = ep_expert_tokens(e, op.top_k, op.ep, tokens)
+        return most / mean if mean > 0 else 1.0
 
     def describe(self) -> dict:
         """Metadata for summary.json: kind, hardware, ceilings and the optimism warning (and,
@@ -407,14 +425,6 @@ _EP_WARNINGS = {
     "not measured); the busiest GPU's expert load is the normal approximation for uniform "
     "routing",
 }
-
-
-def _ep_load(op, tokens: float) -> float:
-    """The busiest GPU's expert copies over the mean (>= 1) for an expert-parallel op: its
-    per-token figures are the mean share, the step waits for the expected max
-    (`ep_expert_tokens`)."""
-    mean, most = ep_expert_tokens(op.experts * op.ep, op.top_k, op.ep, tokens)
-    return most / mean if mean > 0 else 1.0
 
 
 def _elementwise_bytes_per_token(sm: ShardedModel) -> float:
