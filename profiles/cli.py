@@ -96,6 +96,9 @@ def _report(argv: list[str]) -> int:
         routing = _routing_check(m, meta)
         if routing is not None:
             out["routing_check"] = routing
+        for key in ("routing_skew", "routing_at_load"):  # what its routers did (skewed tables)
+            if key in meta:
+                out[key] = meta[key]
         print(json.dumps(out, indent=1))
         return 0
     m = load_for_report(a.dir)

@@ -26,7 +26,8 @@ from statistics import median
 #: decode batches this large or larger are checked: uniform routing then touches several times
 #: the experts one token does (Qwen3-30B-A3B at 8 sequences: 42 of 128 experts vs 8)
 MIN_BATCH = 8
-#: the share of checked steps below the uniform-routing bound that flags a table
+#: the share of checked steps below the routing bound (uniform, or the table's skew) that flags
+#: a table
 FLAG_SHARE = 0.25
 #: at most this many steps are checked (evenly spaced over the table): the bound is slow-ish
 MAX_STEPS = 600
@@ -67,7 +68,8 @@ def routing_check(rows: list[dict], roofline) -> dict:
     share = below / len(ratios) if ratios else 0.0
     return {
         "decode_steps_checked": len(ratios),
-        "below_uniform_routing_bound": below,
+        "below_routing_bound": below,
+        "bound_routing_skew": roofline.moe_routing_skew,
         "share": share,
         "median_ratio_by_batch": _bands(ratios),
         "concentrated": bool(ratios) and share >= FLAG_SHARE,
@@ -86,9 +88,11 @@ def _bands(ratios: list[tuple[int, float]]) -> dict[str, float]:
 
 def routing_warning(name: str, check: dict) -> str:
     """The warning a run on a flagged table carries."""
+    skew = check["bound_routing_skew"]
+    routing = f"expert routing skewed {skew:g}" if skew else "uniform expert routing"
     return (
-        f"{name}: {check['below_uniform_routing_bound']} of {check['decode_steps_checked']} "
-        f"decode steps of {MIN_BATCH}+ sequences ran faster than uniform expert routing allows "
+        f"{name}: {check['below_routing_bound']} of {check['decode_steps_checked']} "
+        f"decode steps of {MIN_BATCH}+ sequences ran faster than {routing} allows "
         f"(median measured / bound by batch: {check['median_ratio_by_batch']}): the dummy-weight "
         "router sent the batch to fewer experts than a trained one would, so decode here is "
         "likely faster than real-weight serving"
