@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
-from profiles.dummy_routing import skew_offsets
+from profiles.routing_skew import skew_offsets
 from simulator.ep_skew import ep_skewed_tokens, ep_skewed_touched
 from simulator.errors import ConfigError
 from simulator.hardware import GPUS
@@ -43,7 +43,7 @@ def test_many_tokens_load_the_gpu_holding_the_hot_experts():
 
 def test_it_matches_token_by_token_top_k_routing():
     """Brute force: random placements, each token's top-k of N(0, 1) logits plus the offsets
-    that give the skewed inclusion probabilities (`profiles.dummy_routing.skew_offsets`)."""
+    that give the skewed inclusion probabilities (`profiles.routing_skew.skew_offsets`)."""
     experts, k, ep, skew = 16, 2, 4, 0.8
     b = skew_offsets(experts, k, skew)
     rng = np.random.default_rng(7)

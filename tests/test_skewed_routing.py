@@ -8,7 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from profiles.dummy_routing import (
+from profiles.engine_jobs import engine_job
+from profiles.hf_config import hf_config
+from profiles.routing_skew import (
     check_skewable,
     offset_router,
     skew_offsets,
@@ -16,8 +18,6 @@ from profiles.dummy_routing import (
     summarize_routing,
     topk_shares,
 )
-from profiles.engine_jobs import engine_job
-from profiles.hf_config import hf_config
 from profiles.vllm_table import _check_routing_skew
 from simulator.errors import ConfigError
 from simulator.latency.select import table_folder
