@@ -82,8 +82,21 @@ def engine_job(spec, model_dir: str, tp: int, shard: bool = False, expert_parall
     if spec.moe is not None:
         job["routing"] = "token_dependent"
         if spec.moe.routing_skew:
+            _check_skewable(spec)
             job["routing_skew"] = spec.moe.routing_skew
     return job
+
+
+def _check_skewable(spec) -> None:
+    """A ConfigError, before any GPU work, for a router the skew calibration cannot skew
+    (`profiles.routing_skew.check_skewable`: DeepSeek-V3's grouped sigmoid routing)."""
+    from profiles.hf_config import hf_config
+    from profiles.routing_skew import check_skewable
+
+    try:
+        check_skewable(hf_config(spec))
+    except ValueError as e:
+        raise ConfigError("<engine job>", "routing_skew", f"{spec.name}: {e}") from None
 
 
 def expert_layout(spec, tp: int, shard: bool, expert_parallel: bool, where: str, key: str):

@@ -162,6 +162,22 @@ def test_the_profiling_side_carries_the_skew():
         with_routing_skew(QWEN3, float("nan"), "<cli>", "--routing-skew")
 
 
+def test_a_router_that_cannot_be_skewed_is_refused_before_any_gpu_work(tmp_path):
+    from profiles.vllm_run import _load_format
+
+    v3 = load_model({"base": "deepseek-v3", "routing_skew": 0.6}, "t", "model")
+    with pytest.raises(ConfigError, match="deepseek-v3: routing_skew needs") as e:
+        engine_job(v3, "m", 8, shard=True)
+    assert e.value.key == "routing_skew"
+    job = {"model_dir": "m", "routing": "token_dependent", "routing_skew": 0.6}
+    with pytest.raises(SystemExit, match="m/config.json: routing_skew needs"):
+        _load_format(job, hf_config(v3), tmp_path / "r")
+    with pytest.raises(SystemExit, match="routing_skew needs routing: token_dependent"):
+        _load_format({"routing_skew": 0.6}, hf_config(QWEN3), tmp_path / "r")
+    with pytest.raises(SystemExit, match="expected a Zipf exponent"):
+        _load_format({**job, "routing_skew": "hot"}, hf_config(QWEN3), tmp_path / "r")
+
+
 def test_table_build_refuses_a_run_of_another_skew(tmp_path):
     skewed = load_model(SKEWED, "t", "model")
     assert _check_routing_skew(tmp_path, {"routing_skew": 0.6}, skewed) == 0.6
