@@ -190,11 +190,12 @@ def register(hf_cfg: dict, seed: int = 0, skew: float = 0.0, report: str | None 
     import json
     import os
 
+    num_experts, top_k = num_experts_of(hf_cfg), top_k_of(hf_cfg)
+    # calibrated (and a router that cannot be skewed refused) before vLLM is imported and forks
+    plan = skew_plan(hf_cfg, skew, seed) if skew else None
+
     from vllm.model_executor.model_loader import register_model_loader
     from vllm.model_executor.model_loader.dummy_loader import DummyModelLoader
-
-    num_experts, top_k = num_experts_of(hf_cfg), top_k_of(hf_cfg)
-    plan = skew_plan(hf_cfg, skew, seed) if skew else None  # calibrated before the fork
 
     @register_model_loader(LOAD_FORMAT)
     class DummyRoutedLoader(DummyModelLoader):

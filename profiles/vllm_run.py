@@ -410,11 +410,9 @@ def _load_format(job: dict, model_cfg: dict, report: Path) -> str:
         raise SystemExit(f"job routing: expected dummy or token_dependent, got {routing!r}")
     if not isinstance(skew, (int, float)) or not 0 <= skew < 16:
         raise SystemExit(f"job routing_skew: expected a Zipf exponent in [0, 16), got {skew!r}")
-    from profiles import dummy_routing, routing_skew
+    from profiles import dummy_routing
 
-    try:
-        if skew:
-            routing_skew.check_skewable(model_cfg)  # before vLLM is imported
+    try:  # a router that cannot be skewed is refused before vLLM is imported (`register`)
         return dummy_routing.register(model_cfg, skew=float(skew), report=str(report))
     except ValueError as e:
         raise SystemExit(f"{job['model_dir']}/config.json: {e}") from None
