@@ -580,10 +580,8 @@ def load_model(value: Any, where: str, key: str) -> ModelSpec:
     sec.done()
     # the base's architecture (experts, MLA, layer types) comes along: never a silent dense model
     arch = {f: getattr(base, f) for f in _ARCH_FIELDS} if base is not None else {}
-    if skew is not None:
-        arch["moe"] = _with_routing_skew(arch.get("moe"), skew, name, sec)
     try:
-        return ModelSpec(
+        spec = ModelSpec(
             name=name,
             num_layers=num_layers,
             hidden_size=hidden,
@@ -601,25 +599,20 @@ def load_model(value: Any, where: str, key: str) -> ModelSpec:
         )
     except ValueError as e:
         raise ConfigError(where, key, f"{e} (overriding shapes of {base_name})") from None
+    if skew is not None:
+        spec = with_routing_skew(spec, skew, sec.where, sec.key("routing_skew"))
+    return spec
 
 
 def with_routing_skew(spec: ModelSpec, skew: float, where: str, key: str) -> ModelSpec:
-    """``spec`` with its router skewed by ``skew`` (a Zipf exponent, see `MoEConfig`), for
-    options outside a model section (``servesim profile --routing-skew``); a ConfigError
-    naming ``where`` and ``key`` for a dense model or a skew that is not finite and >= 0."""
+    """``spec`` with its router skewed by ``skew`` (a Zipf exponent, see `MoEConfig`): a model
+    section's ``routing_skew`` and ``servesim profile --routing-skew``; a ConfigError naming
+    ``where`` and ``key`` for a dense model or a skew that is not finite and >= 0."""
     if spec.moe is None:
         raise ConfigError(where, key, f"{spec.name} is a dense model: no experts to route to")
     if not 0 <= skew < math.inf:
         raise ConfigError(where, key, f"expected a Zipf exponent >= 0, got {skew}")
     return replace(spec, moe=replace(spec.moe, routing_skew=float(skew)))
-
-
-def _with_routing_skew(moe, skew: float, name: str, sec: Section):
-    """``model.routing_skew``: the MoE config with that router skew (a Zipf exponent, see
-    `MoEConfig`); a ConfigError for a dense model."""
-    if moe is None:
-        raise sec.error("routing_skew", f"{name} is a dense model: no experts to route to")
-    return replace(moe, routing_skew=float(skew))
 
 
 def _read_heads(sec: Section, dflt, base, hidden: int) -> tuple[int, int, int]:
@@ -668,7 +661,7 @@ def _load_config_file(sec: Section, where: str) -> ModelSpec:
     spec = load_hf_config_file(path, where, sec.key("config"),
                                **{k: v for k, v in over.items() if v is not None})  # fmt: skip
     if skew is not None:
-        spec = replace(spec, moe=_with_routing_skew(spec.moe, skew, spec.name, sec))
+        spec = with_routing_skew(spec, skew, sec.where, sec.key("routing_skew"))
     return spec
 
 
