@@ -1,10 +1,11 @@
-"""What a skewed router does to vLLM's steps: Qwen3-30B-A3B (128 experts, top-8) and
-gpt-oss-20b (32 experts, top-4) on one H200, each routed uniformly and with ``routing_skew:
-0.6`` (DeepSeek-R1's measured imbalance, `simulator.served`'s ``ROUTING_SKEW_SOURCE``), the
-two recorded on the same host one after the other (2026-11-27), with the shipped uniform
-table (another host) beside them. Prints, per model and decode batch, the measured median step
-of each ``dec_b<B>_c<C>`` scenario (all passes), the skewed / uniform ratio, the cross-host
-ratio (the measurement's own reproducibility) and the roofline's skewed / uniform ratio of its
+"""What a skewed router does to vLLM's steps: Qwen3-30B-A3B (128 experts, top-8), gpt-oss-20b
+(32 experts, top-4) and Mixtral-8x7B (8 experts, top-2) on one H200, each routed uniformly and
+with ``routing_skew: 0.6`` (DeepSeek-R1's measured imbalance, `simulator.served`'s
+``ROUTING_SKEW_SOURCE``), the two recorded on the same host one after the other (2026-11-27),
+with the shipped uniform table beside them where it came from another host. Prints, per model
+and decode batch, the measured median step of each ``dec_b<B>_c<C>`` scenario (all passes), the
+skewed / uniform ratio, the cross-host ratio where there is one (the measurement's own
+reproducibility) and the roofline's skewed / uniform ratio of its
 work terms (what `model: roofline` charges a skew for); then pure prefill and mixed steps by
 the two tables' fitted models; and writes the figure.
 
@@ -33,15 +34,24 @@ from simulator.models import load_model  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / "profiles/h200/vllm-0.24"
 AB = ROOT / "validation/vllm-0.24/skew_ab"
-#: per model: the skewed table, the same-host uniform run, the shipped uniform table
+#: per model: the skewed table, the same host's uniform run and, where the shipped uniform table
+#: came from another host, that table
 TABLES = {
-    model: {
-        "skew 0.6": H200 / f"{model}_skew0.6_tp1",
-        "uniform": AB / f"h200_{model}_uniform",
-        "uniform, shipped (other host)": H200 / f"{model}_tp1",
-    }
-    for model in ("qwen3-30b-a3b", "gpt-oss-20b")
+    **{
+        model: {
+            "skew 0.6": H200 / f"{model}_skew0.6_tp1",
+            "uniform": AB / f"h200_{model}_uniform",
+            "uniform, shipped (other host)": H200 / f"{model}_tp1",
+        }
+        for model in ("qwen3-30b-a3b", "gpt-oss-20b")
+    },
+    # both shipped, recorded one after the other on one H200 (2026-11-27)
+    "mixtral-8x7b": {
+        "skew 0.6": H200 / "mixtral-8x7b_skew0.6_tp1",
+        "uniform": H200 / "mixtral-8x7b_tp1",
+    },
 }
+OTHER_HOST = "uniform, shipped (other host)"
 DECODE = re.compile(r"dec_b(\d+)_c(\d+)(~r\d+)?$")
 
 
@@ -71,7 +81,8 @@ def decode_table(model: str) -> pd.DataFrame:
     cols = {name: decode_medians(path) for name, path in TABLES[model].items()}
     t = pd.concat(cols, axis=1).dropna()
     t["skewed / uniform"] = t["skew 0.6"] / t["uniform"]
-    t["shipped / uniform"] = t["uniform, shipped (other host)"] / t["uniform"]
+    if OTHER_HOST in t:
+        t["shipped / uniform"] = t[OTHER_HOST] / t["uniform"]
     t["roofline skewed / uniform"] = [roofline_ratio(model, b, c) for b, c in t.index]
     return t
 
@@ -111,14 +122,15 @@ def routing_at_load(model: str) -> pd.DataFrame:
 
 
 def plot(tables: dict[str, pd.DataFrame], out: Path) -> None:
-    fig, axes = plt.subplots(1, len(tables), figsize=(12, 4), sharey=True)
+    fig, axes = plt.subplots(1, len(tables), figsize=(6 * len(tables), 4), sharey=True)
     for ax, (model, t) in zip(axes, tables.items(), strict=True):
         for ctx, g in t.groupby(level="ctx"):
             b = g.index.get_level_values("batch")
             ax.plot(b, g["skewed / uniform"], "o-", label=f"measured, context {ctx}")
         r = t.xs(1024, level="ctx")
         ax.plot(r.index, r["roofline skewed / uniform"], "k--", label="roofline (context 1024)")
-        ax.plot(r.index, r["shipped / uniform"], ":", color="grey", label="uniform, other host")
+        if "shipped / uniform" in r:
+            ax.plot(r.index, r["shipped / uniform"], ":", color="grey", label="uniform, other host")
         ax.axhline(1.0, color="grey", lw=0.5)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("decode batch (sequences)")

@@ -26,7 +26,8 @@ run_job() {  # run_job JOB:NAME: one engine job, its folder packed into $OUT/NAM
   [ "${RESUME:-0}" = 1 ] || rm -rf $dir  # RESUME=1 keeps a cut-short run ("resume" in its job)
   mkdir -p $dir
   echo "=== $name ($job) $(date +%T)"
-  timeout ${JOB_TIMEOUT:-540} python3 -m profiles.vllm_run "$job" --out $dir > $dir/log.txt 2>&1
+  # appended: a resumed run's log keeps the cut-short part before it
+  timeout ${JOB_TIMEOUT:-540} python3 -m profiles.vllm_run "$job" --out $dir >> $dir/log.txt 2>&1
   echo "rc=$? $name $(date +%T)"
   grep -E "^\[|^phase|Error|error|Traceback" $dir/log.txt | tail -n 25
   tar czf $OUT/$name.tgz -C /tmp/runs $name

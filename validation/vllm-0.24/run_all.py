@@ -50,6 +50,7 @@ SERVED = {
     # routers skewed as DeepSeek-R1's measured imbalance (`simulator.served.ROUTING_SKEW_SOURCE`)
     "qwen3-30b-a3b-skew0.6": "{base: qwen3-30b-a3b, routing_skew: 0.6}",
     "gpt-oss-20b-skew0.6": "{base: gpt-oss-20b, routing_skew: 0.6}",
+    "mixtral-8x7b-skew0.6": "{base: mixtral-8x7b, routing_skew: 0.6}",
     "llama-3.1-8b": "llama-3.1-8b",
     "gemma-3-27b": "gemma-3-27b",
     "deepseek-v2-lite": "deepseek-v2-lite",
@@ -121,6 +122,7 @@ PROFILES_ONLY = (
     # skewed routing through the engine (`profiles.dummy_routing`, "Skewed routing")
     ("h200_qwen3-30b-a3b_skew0.6", "qwen3-30b-a3b-skew0.6", 1),
     ("h200_gpt-oss-20b_skew0.6", "gpt-oss-20b-skew0.6", 1),
+    ("h200_mixtral-8x7b_skew0.6", "mixtral-8x7b-skew0.6", 1),
 )
 #: profiling runs with vLLM's --enable-expert-parallel over the tp GPUs (no data parallelism:
 #: whole experts per GPU, attention TP; `simulator.served` layout ``allreduce``)
@@ -143,7 +145,7 @@ SHARDS = (
 #: scenario at most) and a 70B or Mixtral-8x7B one pass: (cap, passes) by the size in the job's
 #: name. Such a single pass fits one GPU call; a 27B's three passes take two (`resume`)
 GRID_LIMITS = {
-    "70b": (120_000, 1), "27b": (120_000, vllm_grid.REPEATS), "8x7b": (120_000, 1),
+    "70b": (120_000, 1), "27b": (120_000, vllm_grid.REPEATS), "8x7b": (120_000, vllm_grid.REPEATS),
     "deepseek-v3": (120_000, 1), "120b": (120_000, 1),
 }  # fmt: skip
 
