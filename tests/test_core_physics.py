@@ -46,17 +46,30 @@ def test_littles_law_engine_counters_agree_with_request_times():
     assert L == pytest.approx(lam * W, rel=0.05)
 
 
+@pytest.mark.parametrize("ids", [False, True], ids=["counts", "block_ids"])
 @pytest.mark.parametrize("num_blocks", [20_000, 700])  # ample memory, and heavy preemption
-def test_conservation_tokens_blocks_requests(num_blocks):
+def test_conservation_tokens_blocks_requests(num_blocks, ids):
+    """Also: the paged allocator that keeps block ids (`PagedTableAllocator`, what the real-GPU
+    executor gets) gives the same run as the one that keeps counts (`PagedAllocator`)."""
+    from simulator.kv.paged import PagedAllocator, PagedTableAllocator
+
     specs = poisson_specs(3000, 40.0, (20, 800), None, seed=5, output_range=(1, 400))
-    cols, reps = run_engine(specs, latency=LinearLatency(), num_blocks=num_blocks)
+    kind = PagedTableAllocator if ids else PagedAllocator
+    cols, reps = run_engine(specs, latency=LinearLatency(), num_blocks=num_blocks,
+                            make_kv=lambda: kind(num_blocks, 16))  # fmt: skip
     rep = reps[0]
+    if ids:
+        counted, creps = run_engine(specs, latency=LinearLatency(), num_blocks=num_blocks)
+        for k in cols:
+            assert np.array_equal(cols[k], counted[k], equal_nan=cols[k].dtype.kind == "f"), k
+        assert np.array_equal(np.array(rep.steps), np.array(creps[0].steps))
+        assert (rep.itl_gaps, rep.itl_counts) == (creps[0].itl_gaps, creps[0].itl_counts)
+        assert sorted(rep.kv._free) == list(range(num_blocks))  # every id back exactly once
     assert (cols["status"] == "finished").all()
     assert (cols["generated_tokens"] == cols["output_tokens"]).all()
     # every token after the first is one inter-token gap
     assert sum(rep.itl_counts) == int((cols["output_tokens"] - 1).sum())
     assert rep.kv.num_free_blocks == num_blocks
-    assert sorted(rep.kv._free) == list(range(num_blocks))  # every block id back exactly once
     assert rep.num_preemptions == int(cols["preemptions"].sum())
     if num_blocks == 700:
         assert rep.num_preemptions > 0
