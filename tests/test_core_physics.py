@@ -164,3 +164,38 @@ def test_longest_context_heap_stays_bounded():
         d.clock += 1
         assert d.decode_max() == max(d.clock + 1 + r._dbase for r in live)
     assert len(d._longest) <= 2 * len(d.members) + 64 + 1
+
+
+def test_an_executor_that_reads_block_ids_gets_an_allocator_with_ids(monkeypatch):
+    """A run whose executor reads block ids (`reads_block_ids`, the real-GPU one) gets the
+    paged allocator that keeps them, and the same results as a run on counts (preemptions
+    included: a small cache at a high rate)."""
+    from simulator import runner
+    from simulator.executor import SimulatedExecutor
+    from simulator.kv.paged import PagedAllocator, PagedTableAllocator
+    from tests.policy_kit import REPO, config
+
+    class ReadsIds(SimulatedExecutor):
+        reads_block_ids = True
+
+    kinds, make = [], runner.Replica
+
+    def replica(env, i, policy, kv, *a, **kw):
+        kinds.append(type(kv))
+        return make(env, i, policy, kv, *a, **kw)
+
+    cfg = config(rate=20.0, n=400, kv_cache={"num_blocks": 1200}, cluster={"replicas": 2})
+    monkeypatch.setattr(runner, "Replica", replica)
+    # a build each: a Built's round-robin router keeps its position from one run to the next
+    counted = runner.simulate(runner.build(cfg, str(REPO / "test.yaml"), REPO))
+    assert kinds == [PagedAllocator] * 2
+    with_ids = runner.simulate(
+        runner.build(cfg, str(REPO / "test.yaml"), REPO),
+        executor_factory=lambda lat, i: ReadsIds(lat),
+    )
+    assert kinds[2:] == [PagedTableAllocator] * 2
+    assert counted.requests["preemptions"].sum() > 0
+    for part in ("requests", "steps"):
+        a, b = getattr(counted, part), getattr(with_ids, part)
+        for k in a:
+            assert np.array_equal(a[k], b[k], equal_nan=a[k].dtype.kind == "f"), k
