@@ -76,7 +76,7 @@ class Preemption:
 
     @staticmethod
     def is_swapped(req) -> bool:
-        return req.num_computed > 0 and not req.block_table
+        return req.num_computed > 0 and not req.holds_kv
 
     def swap_in(self, req) -> None:
         """Charge copying a swapped-out request's KV back (call after allocating its blocks)."""

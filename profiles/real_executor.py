@@ -53,6 +53,9 @@ RECORD_FIELDS = (
 
 class RealGPUExecutor:
     can_precompute = False
+    #: the paged layout indexes the cache with the simulator's block ids (`plan_to_batch`), so
+    #: a run gives this executor an allocator that keeps them (`engine.EngineSpec.make_kv`)
+    reads_block_ids = True
 
     def __init__(
         self,

@@ -18,7 +18,9 @@ Two stages:
   - ``plan.decode`` adds every member of the replica's decode set as a decode of context
     ``num_computed + 1`` (its one pending token attends to the cache and itself).
   Sequence slots are request ids; block tables are the simulator's own ``req.block_table``: the
-  simulated allocator's block ids ARE the real cache's block ids.
+  simulated allocator's block ids ARE the real cache's block ids (a run gives the real-GPU
+  executor an allocator that keeps ids, `RealGPUExecutor.reads_block_ids`; the engine's
+  counting `PagedAllocator` keeps none, and its empty tables fail the check below).
 * `batch_metadata(batch, block_size)` -> `StepMetadata`: the flat tensors-to-be of one step in
   the layout `profiles.torch_model.StepRunner` uses (decodes first, then prefill chunks):
   positions, slot mapping (``block_table[p // bs] * bs + p % bs``), query/KV lengths, their

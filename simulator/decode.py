@@ -27,6 +27,12 @@ Invariants:
   is handed out in the order (key, request id), as the single heap of (key, id, request)
   entries did;
 * ``sum_dbase == sum(m._dbase for m in members)``;
+* counting mode (``count_unit`` set: the allocator is the counting `PagedAllocator`, whose
+  members' block counts live in their buckets): a member in a bucket holds
+  ``(bucket.key + _dbase) // count_unit`` blocks (``bucket.key + _dbase`` is its capacity, a
+  multiple of the block size), so a grouped growth that moves a bucket one block on grows
+  every member's count with it; a member that leaves its bucket (`remove`, `_take_bucket`, a
+  grouped growth handed back) has that count written onto ``Request.kv_blocks`` first;
 * every member has an entry ``(-_dbase, id, req)`` in ``_longest``; entries of requests that
   left (or left and rejoined with another ``_dbase``) are stale and skipped when on top, and
   the heap is rebuilt from the members when it holds more than twice their number (+64).
@@ -61,14 +67,17 @@ class _GrowthBucket:
 class DecodeSet:
     __slots__ = (
         "clock", "members", "sum_dbase", "_fin", "_grow_at", "_grow_keys", "_longest", "joined",
-        "last_step_end", "window", "_sat_keys", "_sat", "_sat_dsum",
+        "last_step_end", "window", "_sat_keys", "_sat", "_sat_dsum", "count_unit",
     )  # fmt: skip
 
-    def __init__(self, window: int | None = None):
+    def __init__(self, window: int | None = None, count_unit: int | None = None):
         """``window``: the sliding window of a model with sliding layers, for `decode_excess`
-        (None: no such layers, and none of its bookkeeping runs)."""
+        (None: no such layers, and none of its bookkeeping runs). ``count_unit``: the block
+        size of a counting allocator (`PagedAllocator.counts_in_buckets`): counting mode (see
+        the invariants); None for allocators that keep what members hold themselves."""
         self.clock = 0
         self.window = window
+        self.count_unit = count_unit
         #: heap of (clock at which a member's context first exceeds the window, id, request)
         self._sat_keys: list[tuple[int, int, Request]] = []
         #: members whose context exceeds the window: id -> _dbase; and the sum of those
@@ -130,6 +139,8 @@ class DecodeSet:
         if bucket is not None:
             bucket.members.remove(req)
             req._gbucket = None
+            if self.count_unit is not None:
+                req.kv_blocks = (bucket.key + req._dbase) // self.count_unit
         if self.window is not None and req.id in self._sat:
             self._sat_dsum -= self._sat.pop(req.id)
         if len(self._longest) > 2 * len(self.members) + 64:
@@ -209,9 +220,20 @@ class DecodeSet:
         every bucket now (``_gbucket = None``)."""
         heapq.heappop(self._grow_keys)
         members = self._grow_at.pop(key).members
-        for req in members:
-            req._gbucket = None
+        self._leave(key, members)
         return members
+
+    def _leave(self, key: int, members: list[Request]) -> None:
+        """``members`` of the (taken) bucket at ``key`` are in no bucket now; in counting mode
+        their block counts go back onto the requests."""
+        unit = self.count_unit
+        if unit is None:
+            for req in members:
+                req._gbucket = None
+        else:
+            for req in members:
+                req._gbucket = None
+                req.kv_blocks = (key + req._dbase) // unit
 
     def pop_due_growth(self) -> list[Request]:
         """Members whose next decode step writes past their KV capacity (must allocate first)."""
@@ -232,7 +254,8 @@ class DecodeSet:
         preemption victims).
 
         Why: KV growth is the most frequent event of a run (one per member per block, ~14 a
-        request); on success this touches no member object besides the allocator's append.
+        request); on success this touches no member object (in counting mode not even the
+        allocator does: the moved bucket is the members' new block count).
         Needs: a member's KV changes only through these growth calls (so its key is
         ``capacity - _dbase``).
         """
@@ -254,8 +277,7 @@ class DecodeSet:
                 heapq.heappush(keys, key)
                 grow_at[key] = bucket
             return []
-        for req in members:
-            req._gbucket = None
+        self._leave(bucket.key, members)
         return members
 
     def _grow_due_buckets(self, first: _GrowthBucket, extend_group, unit: int) -> list[Request]:
@@ -272,8 +294,8 @@ class DecodeSet:
                 if b.members:
                     self._refile(b, b.key + unit)
             return []
-        for req in due:
-            req._gbucket = None
+        for b in buckets:
+            self._leave(b.key, b.members)
         return due
 
     def _refile(self, bucket: _GrowthBucket, key: int) -> None:
@@ -319,8 +341,10 @@ class DecodeSet:
         return True
 
     def _put_back(self, req: Request) -> None:
-        """Undo `_take_bucket` for ``req`` (its growth is still due at the current clock)."""
-        self._file(req, self.clock)
+        """Undo `_take_bucket` for ``req`` (its growth is still due at the current clock; in
+        counting mode at the key its block count gives, so that the bucket still holds it)."""
+        unit = self.count_unit
+        self._file(req, self.clock if unit is None else req.kv_blocks * unit - req._dbase)
 
     def next_finish_clock(self) -> int | None:
         """Clock value after the decode step on which the next member emits its last token."""

@@ -69,11 +69,12 @@ LINK_ALIASES = {"nvlink": "nvlink4", "infiniband": "infiniband-ndr", "pcie": "pc
 class _Held:
     """The prefill-side KV of a request in transfer (what the allocator's ``free`` reads)."""
 
-    __slots__ = ("id", "block_table", "num_computed", "num_prompt_tokens", "hash_ids")
+    __slots__ = ("id", "block_table", "kv_blocks", "num_computed", "num_prompt_tokens", "hash_ids")
 
     def __init__(self, req: Request):
         self.id = req.id
         self.block_table = req.block_table
+        self.kv_blocks = req.kv_blocks
         self.num_computed = req.num_computed
         self.num_prompt_tokens = req.num_prompt_tokens
         self.hash_ids = req.hash_ids
@@ -188,6 +189,7 @@ class KVTransfer:
         """Called by a prefill replica when ``req`` emitted its first token (inside its commit)."""
         held = _Held(req)
         req.block_table = []
+        req.kv_blocks = 0
         prep = self.prefill[req.replica]
         for r in self.decode:
             r.sync()

@@ -19,12 +19,13 @@ from simulator.hardware import kv_capacity_blocks
 from simulator.kv.contiguous import RESERVE_MODES, ContiguousAllocator
 from simulator.kv.hybrid_prefix import HybridPrefixCachingAllocator
 from simulator.kv.layered import LayeredPagedAllocator
-from simulator.kv.paged import PagedAllocator
+from simulator.kv.paged import PagedAllocator, PagedTableAllocator
 from simulator.kv.prefix import PrefixCachingAllocator
 from simulator.served import ShardedModel
 
-#: Upper bounds that catch a typo before it exhausts memory: every replica keeps a list of its
-#: KV blocks (a real GPU holds well under a million), and simulates its own engine.
+#: Upper bounds that catch a typo before it exhausts memory: allocators that keep block ids keep
+#: a list of them per replica (a real GPU holds well under a million), and every replica
+#: simulates its own engine.
 MAX_BLOCKS = 2**24
 MAX_REPLICAS = 1024
 
@@ -133,13 +134,16 @@ def _read_prefix_caching(kvs: Section, allocator: str, block_size: int, where: s
 
 def _kv_factory(allocator, num_blocks, block_size, reserve, max_len, prefix, shared, hash_block,
                 pool, served):  # fmt: skip
-    """``make_kv()``: a fresh KV allocator for one replica, of the configured kind."""
+    """``make_kv(block_ids=False)``: a fresh KV allocator for one replica, of the configured
+    kind. ``block_ids``: the executor reads which blocks a request holds (the real-GPU
+    executor's paged layout, ``reads_block_ids``), so plain paged KV keeps ids
+    (`PagedTableAllocator`) instead of counts (`PagedAllocator`); the two decide alike."""
 
     @functools.cache
-    def block_ids() -> tuple[int, ...]:  # built once, shared by every replica's pool
+    def ids() -> tuple[int, ...]:  # built once, shared by every replica's pool
         return tuple(range(num_blocks))
 
-    def make_kv():
+    def make_kv(block_ids: bool = False):
         if allocator == "contiguous":
             return ContiguousAllocator(num_blocks, block_size, reserve, max_len)
         if prefix is not False and pool.frees_blocks:
@@ -154,8 +158,10 @@ def _kv_factory(allocator, num_blocks, block_size, reserve, max_len, prefix, sha
             )  # fmt: skip
         if pool.frees_blocks:
             return LayeredPagedAllocator(num_blocks, block_size, pool, served.kv_reads(),
-                                         block_ids())  # fmt: skip
-        return PagedAllocator(num_blocks, block_size, block_ids())
+                                         ids())  # fmt: skip
+        if block_ids:
+            return PagedTableAllocator(num_blocks, block_size, ids())
+        return PagedAllocator(num_blocks, block_size)
 
     return make_kv
 

@@ -60,9 +60,6 @@ class Replica:
         self.kv = kv
         #: the allocator's all-at-once decode growth, if it has one (DecodeSet.grow_due_grouped)
         self._extend_group = getattr(kv, "extend_group", None)
-        #: ``(num_blocks, free list)`` when ``kv.num_used_blocks`` is their difference (paged)
-        parts = getattr(kv, "used_count_parts", None)
-        self._used_parts = parts() if parts is not None else None
         self.executor = executor
         self.coalesce = coalesce and executor.can_precompute and policy.coalescable
         #: a decode run's step times (`simulator.latency.base.decode_run_times`), computed once
@@ -83,7 +80,9 @@ class Replica:
         self.running: dict[int, Request] = {}
         #: keys-read features for models with sliding layers (None: plain context sums)
         self._reads = getattr(kv, "reads", None)
-        self.decoding = DecodeSet(None if self._reads is None else self._reads.window)
+        #: a counting allocator's decode-set members keep their block counts in growth buckets
+        counts = kv.block_size if getattr(kv, "counts_in_buckets", False) else None
+        self.decoding = DecodeSet(None if self._reads is None else self._reads.window, counts)
         self.arrivals_done = False
         self.num_preemptions = 0
         self.num_finished = 0
@@ -295,11 +294,9 @@ class Replica:
         kv_tokens = d.decode_ctx() - (0 if plan.decode else nd) if nd else 0
         for req, n in plan.chunks:
             kv_tokens += req._num_computed + n
-        parts = self._used_parts
-        used = self.kv.num_used_blocks if parts is None else parts[0] - len(parts[1])
         self.steps.append(
             (start, dt, feats[0], feats[1], feats[2], feats[3], feats[4],
-             used, len(self.waiting), len(self.running), kv_tokens)
+             self.kv.num_used_blocks, len(self.waiting), len(self.running), kv_tokens)
         )  # fmt: skip
         if plan.decode and nd:
             self._advance_decode(end)
@@ -324,15 +321,13 @@ class Replica:
         grow_due, extend, advance = d.grow_due, kv.extend, self._advance_decode
         group, grouped, unit = self._extend_group, d.grow_due_grouped, kv.block_size
         fin, joined, gaps, counts = d._fin, d.joined, self.itl_gaps.append, self.itl_counts.append
-        nb, free = self._used_parts or (0, None)
         # queue and batch sizes change only where `_advance_decode` runs (a finish)
         n, nw, nr = len(members), len(waiting), len(running)
         busy = self.busy_s
         for i in range(self._run_next, stop):
             start, dt, ctx, kv_tokens = run[i]
             busy += dt
-            used = kv.num_used_blocks if free is None else nb - len(free)
-            log((start, dt, 0, 0.0, 0, n, ctx, used, nw, nr, kv_tokens))
+            log((start, dt, 0, 0.0, 0, n, ctx, kv.num_used_blocks, nw, nr, kv_tokens))
             end = start + dt
             clock = d.clock + 1
             if not n or (fin and fin[0][0] <= clock):

@@ -38,6 +38,7 @@ class Request:
         "status",
         "replica",
         "block_table",
+        "kv_blocks",
         "first_scheduled_s",
         "first_token_s",
         "last_token_s",
@@ -76,7 +77,13 @@ class Request:
         self.hash_ids = hash_ids
         self.status = Status.WAITING
         self.replica = None
+        #: ids of the KV blocks it holds, under the allocators that keep ids (prefix caching,
+        #: sliding windows, `PagedTableAllocator`); empty under the counting `PagedAllocator`
         self.block_table: list[int] = []
+        #: how many KV blocks it holds under the counting `PagedAllocator` (0 under the others);
+        #: while it sits in a decode set's growth bucket the bucket holds the count instead
+        #: (`PagedAllocator.held`), written back here when it leaves the bucket
+        self.kv_blocks = 0
         self.first_scheduled_s: float | None = None
         self.first_token_s: float | None = None
         self.last_token_s: float | None = None
@@ -118,6 +125,11 @@ class Request:
     @property
     def num_pending(self) -> int:
         return self.num_tokens - self.num_computed
+
+    @property
+    def holds_kv(self) -> bool:
+        """Whether it holds KV blocks, under any allocator (ids or a count)."""
+        return bool(self.block_table) or self.kv_blocks > 0
 
     @property
     def in_decode_set(self) -> bool:

@@ -282,10 +282,10 @@ def _replica_factory(main, cluster: _Cluster, latency, coalesce, policy_seed, wh
                 SimulatedExecutor(latency) if executor_factory is None
                 else executor_factory(latency, i)
             )  # fmt: skip
+            kv = main.make_kv(block_ids=getattr(executor, "reads_block_ids", False))
             rep = Replica(
-                env, i, main.make_policy(rng), main.make_kv(), executor, coalesce=coalesce,
-                step_chunk=chunk,
-            )  # fmt: skip
+                env, i, main.make_policy(rng), kv, executor, coalesce=coalesce, step_chunk=chunk
+            )
             sim_cluster.add_replica(rep)
             reps.append(rep)
         share_packing([rep.steps for rep in reps])

@@ -46,17 +46,30 @@ def test_littles_law_engine_counters_agree_with_request_times():
     assert L == pytest.approx(lam * W, rel=0.05)
 
 
+@pytest.mark.parametrize("ids", [False, True], ids=["counts", "block_ids"])
 @pytest.mark.parametrize("num_blocks", [20_000, 700])  # ample memory, and heavy preemption
-def test_conservation_tokens_blocks_requests(num_blocks):
+def test_conservation_tokens_blocks_requests(num_blocks, ids):
+    """Also: the paged allocator that keeps block ids (`PagedTableAllocator`, what the real-GPU
+    executor gets) gives the same run as the one that keeps counts (`PagedAllocator`)."""
+    from simulator.kv.paged import PagedAllocator, PagedTableAllocator
+
     specs = poisson_specs(3000, 40.0, (20, 800), None, seed=5, output_range=(1, 400))
-    cols, reps = run_engine(specs, latency=LinearLatency(), num_blocks=num_blocks)
+    kind = PagedTableAllocator if ids else PagedAllocator
+    cols, reps = run_engine(specs, latency=LinearLatency(), num_blocks=num_blocks,
+                            make_kv=lambda: kind(num_blocks, 16))  # fmt: skip
     rep = reps[0]
+    if ids:
+        counted, creps = run_engine(specs, latency=LinearLatency(), num_blocks=num_blocks)
+        for k in cols:
+            assert np.array_equal(cols[k], counted[k], equal_nan=cols[k].dtype.kind == "f"), k
+        assert np.array_equal(np.array(rep.steps), np.array(creps[0].steps))
+        assert (rep.itl_gaps, rep.itl_counts) == (creps[0].itl_gaps, creps[0].itl_counts)
+        assert sorted(rep.kv._free) == list(range(num_blocks))  # every id back exactly once
     assert (cols["status"] == "finished").all()
     assert (cols["generated_tokens"] == cols["output_tokens"]).all()
     # every token after the first is one inter-token gap
     assert sum(rep.itl_counts) == int((cols["output_tokens"] - 1).sum())
     assert rep.kv.num_free_blocks == num_blocks
-    assert sorted(rep.kv._free) == list(range(num_blocks))  # every block id back exactly once
     assert rep.num_preemptions == int(cols["preemptions"].sum())
     if num_blocks == 700:
         assert rep.num_preemptions > 0
@@ -151,3 +164,38 @@ def test_longest_context_heap_stays_bounded():
         d.clock += 1
         assert d.decode_max() == max(d.clock + 1 + r._dbase for r in live)
     assert len(d._longest) <= 2 * len(d.members) + 64 + 1
+
+
+def test_an_executor_that_reads_block_ids_gets_an_allocator_with_ids(monkeypatch):
+    """A run whose executor reads block ids (`reads_block_ids`, the real-GPU one) gets the
+    paged allocator that keeps them, and the same results as a run on counts (preemptions
+    included: a small cache at a high rate)."""
+    from simulator import runner
+    from simulator.executor import SimulatedExecutor
+    from simulator.kv.paged import PagedAllocator, PagedTableAllocator
+    from tests.policy_kit import REPO, config
+
+    class ReadsIds(SimulatedExecutor):
+        reads_block_ids = True
+
+    kinds, make = [], runner.Replica
+
+    def replica(env, i, policy, kv, *a, **kw):
+        kinds.append(type(kv))
+        return make(env, i, policy, kv, *a, **kw)
+
+    cfg = config(rate=20.0, n=400, kv_cache={"num_blocks": 1200}, cluster={"replicas": 2})
+    monkeypatch.setattr(runner, "Replica", replica)
+    # a build each: a Built's round-robin router keeps its position from one run to the next
+    counted = runner.simulate(runner.build(cfg, str(REPO / "test.yaml"), REPO))
+    assert kinds == [PagedAllocator] * 2
+    with_ids = runner.simulate(
+        runner.build(cfg, str(REPO / "test.yaml"), REPO),
+        executor_factory=lambda lat, i: ReadsIds(lat),
+    )
+    assert kinds[2:] == [PagedTableAllocator] * 2
+    assert counted.requests["preemptions"].sum() > 0
+    for part in ("requests", "steps"):
+        a, b = getattr(counted, part), getattr(with_ids, part)
+        for k in a:
+            assert np.array_equal(a[k], b[k], equal_nan=a[k].dtype.kind == "f"), k

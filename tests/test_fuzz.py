@@ -28,7 +28,7 @@ from policies import POLICIES
 from simulator.cli import main
 from simulator.errors import ConfigError
 from simulator.kv.contiguous import ContiguousAllocator
-from simulator.kv.paged import PagedAllocator
+from simulator.kv.paged import PagedAllocator, PagedTableAllocator
 from simulator.kv.prefix import PrefixCachingAllocator
 from simulator.request import Request
 from simulator.runner import build, simulate
@@ -215,6 +215,7 @@ OPS = st.lists(
 def _allocators(num_blocks: int, block_size: int):
     return [
         PagedAllocator(num_blocks, block_size),
+        PagedTableAllocator(num_blocks, block_size),
         ContiguousAllocator(num_blocks, block_size, "prompt_plus_output", 4096),
         ContiguousAllocator(num_blocks, block_size, "max_model_len", 256),
         PrefixCachingAllocator(num_blocks, block_size, shared_prefix_tokens=64),
@@ -222,7 +223,14 @@ def _allocators(num_blocks: int, block_size: int):
 
 
 def _check_blocks(kv, reqs) -> None:
-    """Every block is free, evictable or held; a held block's holders are its reference count."""
+    """Every block is free, evictable or held; a held block's holders are its reference count
+    (the counting allocator: every block is free or counted by one request)."""
+    assert kv.num_used_blocks == kv.num_blocks - kv.num_free_blocks
+    if isinstance(kv, PagedAllocator):
+        assert all(r.block_table == [] and r.kv_blocks == kv.held(r) >= 0 for r in reqs)
+        assert 0 <= kv.num_used_blocks == sum(r.kv_blocks for r in reqs) <= kv.num_blocks
+        return
+    assert all(r.kv_blocks == 0 for r in reqs)
     held: dict[int, int] = {}
     for r in reqs:
         for b in r.block_table:
@@ -240,7 +248,7 @@ def _check_blocks(kv, reqs) -> None:
 
 
 def _apply(kv, req, op: str, n: int) -> None:
-    before = (list(req.block_table), kv.num_free_blocks)
+    before = (list(req.block_table), req.kv_blocks, kv.num_free_blocks)
     if op == "allocate":  # succeeds exactly when blocks_needed says it fits
         extent = kv.extent_tokens(req) if isinstance(kv, ContiguousAllocator) else n
         fits = kv.blocks_needed(req, n) <= kv.num_free_blocks and n <= extent
@@ -248,11 +256,11 @@ def _apply(kv, req, op: str, n: int) -> None:
         if fits:
             assert kv.capacity(req) >= n
         else:  # no partial effect
-            assert (list(req.block_table), kv.num_free_blocks) == before
+            assert (list(req.block_table), req.kv_blocks, kv.num_free_blocks) == before
     elif op == "extend":
         cap = kv.extend(req)
         if cap < 0:
-            assert (list(req.block_table), kv.num_free_blocks) == before
+            assert (list(req.block_table), req.kv_blocks, kv.num_free_blocks) == before
         else:
             assert cap == kv.capacity(req)
     elif op == "compute":  # the replica's commit: tokens now in the cache (never past capacity)
@@ -260,7 +268,7 @@ def _apply(kv, req, op: str, n: int) -> None:
     else:
         kv.free(req)
         req._num_computed = 0
-        assert req.block_table == []
+        assert req.block_table == [] and req.kv_blocks == 0
 
 
 @settings(FUZZ, max_examples=150)
@@ -275,6 +283,34 @@ def test_allocator_operation_sequences_keep_blocks_accounted(num_blocks, block_s
         for r in reqs:
             kv.free(r)
         assert kv.num_free_blocks == kv.num_blocks, kv.kind
+
+
+@settings(FUZZ, max_examples=150)
+@given(st.integers(1, 40), st.sampled_from([1, 4, 16]), OPS, st.integers(0, 40))
+def test_counting_and_table_paged_allocators_decide_alike(num_blocks, block_size, ops, reserve):
+    """`PagedAllocator` (counts) answers every call as `PagedTableAllocator` (ids) does, and
+    each request holds as many blocks under one as under the other: what lets the engine run
+    on counts while the real-GPU executor gets ids."""
+    count, table = (
+        PagedAllocator(num_blocks, block_size),
+        PagedTableAllocator(num_blocks, block_size),
+    )
+    sides = [(kv, [Request(i, 0.0, 50 + 37 * i, 1 + 13 * i) for i in range(6)])
+             for kv in (count, table)]  # fmt: skip
+    for op, i, n in ops:
+        answers = []
+        for kv, reqs in sides:
+            req = reqs[i]
+            if op == "allocate":
+                fits = kv.can_allocate(req, n, reserve)
+                answers.append((kv.blocks_needed(req, n), fits, kv.allocate(req, n)))
+            elif op == "extend":
+                answers.append(kv.extend(req))
+            elif op == "free":
+                kv.free(req)
+            answers.append((kv.capacity(req), kv.num_used_blocks, kv.num_free_blocks))
+        assert answers[: len(answers) // 2] == answers[len(answers) // 2 :]
+        assert [count.held(r) for r in sides[0][1]] == [len(r.block_table) for r in sides[1][1]]
 
 
 POLICY_PARAMS = {

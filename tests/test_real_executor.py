@@ -22,7 +22,7 @@ from profiles.step_batch import StepBatch, batch_metadata, plan_to_batch
 from simulator.cfg import Section
 from simulator.cluster import Cluster
 from simulator.kv.contiguous import ContiguousAllocator
-from simulator.kv.paged import PagedAllocator
+from simulator.kv.paged import PagedTableAllocator
 from simulator.metrics import request_table
 from simulator.replica import Replica
 from workloads.spec import RequestSpec
@@ -93,13 +93,13 @@ def specs(n=8, seed=0):
 def test_chunked_prefill_through_paged_cache():
     ex, _ = run(
         "chunked_prefill", {"max_num_batched_tokens": 16, "max_num_seqs": 8},
-        PagedAllocator(64, BS), specs(),
+        PagedTableAllocator(64, BS), specs(),
     )  # fmt: skip
     assert ex.steps > 10 and ex.seqs > 50
 
 
 def test_continuous_with_preemption_recomputes_into_new_blocks():
-    ex, rep = run("continuous", {"max_num_seqs": 8}, PagedAllocator(24, BS), specs(10, 1))
+    ex, rep = run("continuous", {"max_num_seqs": 8}, PagedTableAllocator(24, BS), specs(10, 1))
     assert rep.num_preemptions > 0  # the small cache forces recompute
     assert ex.seqs > 50
 
@@ -134,7 +134,7 @@ def test_real_executor_runs_a_plan_on_gpu():
     from simulator.models import load_model
 
     model = load_model("llama-3-8b", "test", "model")
-    kv = PagedAllocator(512, 16)
+    kv = PagedTableAllocator(512, 16)
     env = simpy.Environment()
     cluster = Cluster(env, specs(6, 3), RoundRobin(Section({}, "test")))
     engine = {"max_model_len": 8192, "block_size": 16, "num_blocks": 512}

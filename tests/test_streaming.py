@@ -221,21 +221,24 @@ def test_growth_buckets_hand_out_growth_in_key_then_id_order():
 
 
 def test_grouped_growth_equals_member_by_member_growth():
-    """`DecodeSet.grow_due_grouped` + `PagedAllocator.extend_group` hand out the same blocks
-    to the same members, and leave the same keys due, as one `extend` and `set_capacity` per
-    member; when the pool is short they change nothing and hand the members back in the order
-    `pop_due_growth` gives. Two identical sets and pools, driven through joins, leaves, rejoins,
-    overdue keys (growth skipped for a step) and a pool that runs dry."""
+    """`DecodeSet.grow_due_grouped` + `PagedTableAllocator.extend_group` hand out the same
+    blocks to the same members, and leave the same keys due, as one `extend` and
+    `set_capacity` per member; when the pool is short they change nothing and hand the members
+    back in the order `pop_due_growth` gives. The counting `PagedAllocator` in a set in
+    counting mode (its members' block counts kept by their buckets) gives every member the same
+    count and the pool the same used blocks. Three sets and pools, driven alike through joins,
+    leaves, rejoins, overdue keys (growth skipped for a step) and a pool that runs dry."""
     from simulator.decode import DecodeSet
-    from simulator.kv.paged import PagedAllocator
+    from simulator.kv.paged import PagedAllocator, PagedTableAllocator
     from simulator.request import Request
 
     rng = np.random.default_rng(17)
     bs = 4
     sides = []
-    for _ in range(2):
-        kv = PagedAllocator(60, bs)
-        sides.append((DecodeSet(), kv, [Request(i, 0.0, 3, 10_000) for i in range(30)]))
+    for side in range(3):
+        kv = PagedAllocator(60, bs) if side == 2 else PagedTableAllocator(60, bs)
+        d = DecodeSet(count_unit=bs if side == 2 else None)
+        sides.append((d, kv, [Request(i, 0.0, 3, 10_000) for i in range(30)]))
     handed_back = grouped = 0
     for _ in range(4000):
         op, pick, skip = rng.random(), int(rng.integers(30)), rng.random() < 0.05
@@ -264,14 +267,19 @@ def test_grouped_growth_equals_member_by_member_growth():
                 for r in d.advance():
                     d.remove(r)
                     kv.free(r)
-        (d0, kv0, reqs0), (d1, kv1, reqs1) = sides
-        assert d0.clock == d1.clock and kv0._free == kv1._free
-        for a, b in zip(reqs0, reqs1, strict=True):
+        (d0, kv0, reqs0), (d1, kv1, reqs1), (d2, kv2, reqs2) = sides
+        assert d0.clock == d1.clock == d2.clock and kv0._free == kv1._free
+        assert kv0.num_used_blocks == kv2.num_used_blocks == sum(kv2.held(r) for r in reqs2)
+        for a, b, c in zip(reqs0, reqs1, reqs2, strict=True):
             assert (a.block_table, a._grow_clock, a._dset is None) == (
                 b.block_table, b._grow_clock, b._dset is None
             )  # fmt: skip
-        assert d0.next_growth_clock() == d1.next_growth_clock()
-    assert handed_back > 20 and grouped > 500
+            assert (len(a.block_table), a._grow_clock, a._dset is None) == (
+                kv2.held(c), c._grow_clock, c._dset is None
+            )  # fmt: skip
+            assert kv2.capacity(c) == kv0.capacity(a)
+        assert d0.next_growth_clock() == d1.next_growth_clock() == d2.next_growth_clock()
+    assert handed_back > 40 and grouped > 1000
 
 
 def test_round_robin_horizon_changes_nothing(monkeypatch):

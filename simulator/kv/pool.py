@@ -1,4 +1,6 @@
-"""The block pool both KV allocators draw from: ``num_blocks`` blocks of ``block_size`` tokens.
+"""The block pool of the KV allocators that keep block ids (`PagedTableAllocator`, prefix
+caching, layer groups, contiguous): ``num_blocks`` blocks of ``block_size`` tokens. (The
+engine's plain paged allocator, `PagedAllocator`, keeps counts instead.)
 
 Free blocks are a stack (the most recently freed block is reused first), which keeps runs
 deterministic. Invariant: ``len(free list) + sum(len(req.block_table)) == num_blocks``.

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from simulator.kv.paged import PagedAllocator
+from simulator.kv.paged import PagedTableAllocator
 from simulator.request import Request
 
 
@@ -104,7 +104,7 @@ class ContentKeyCache:
         return keys
 
 
-class PrefixCachingAllocator(ContentKeyCache, PagedAllocator):
+class PrefixCachingAllocator(ContentKeyCache, PagedTableAllocator):
     kind = "paged+prefix"
 
     def __init__(
