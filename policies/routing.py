@@ -21,15 +21,18 @@ from simulator.cfg import Section
 
 
 class RoundRobin:
+    """Arrival ``i`` (``req.id``, the cluster's arrival ordinal) goes to replica ``i % R``.
+    Stateless on purpose: a router is built once per experiment and a `Built` may be simulated
+    more than once (a counter kept here started the second run on another replica), and
+    `Cluster.add_replica` bounds each replica's decode runs by this very rule."""
+
     name = "round_robin"
 
     def __init__(self, sec: Section):
-        self._next = 0
+        pass
 
     def route(self, req, replicas):
-        replica = replicas[self._next % len(replicas)]
-        self._next += 1
-        return replica
+        return replicas[req.id % len(replicas)]
 
     def params(self) -> dict:
         return {}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from policies.speculative import expected_tokens
@@ -288,3 +290,21 @@ def test_make_engine_helper_smoke():
     rep = make_engine(env, 0, "static", {}, latency=ConstantLatencyModel(1.0),
                       kv=PagedAllocator(10, 16), coalesce=True, engine=engine_facts())  # fmt: skip
     assert rep.policy.batch_size == 8
+
+
+def test_round_robin_sends_arrival_i_to_replica_i_mod_r_on_every_run_of_a_build():
+    """Round robin follows the arrival ordinal, not a counter of its own: a build simulated a
+    second time (a sweep reusing it, `capacity`'s probes) routes exactly as the first did, and
+    each replica's decode-run horizon (`Cluster.add_replica`, which assumes arrival i goes to
+    replica i % R) is the truth. Before, the router's counter carried over: the second run
+    started on replica 1 (4 requests over 3 replicas)."""
+    from simulator.runner import build, simulate
+    from tests.helpers import tiny_config
+
+    cfg = tiny_config("llama-3-8b", {"gpu": "h100"}, {"model": "roofline"})
+    cfg["cluster"] = {"replicas": 3, "router": {"name": "round_robin"}}
+    built = build(cfg, "t.yaml", Path("."))
+    first, second = simulate(built), simulate(built)
+    assert list(first.requests["replica"]) == [0, 1, 2, 0]
+    assert list(second.requests["replica"]) == [0, 1, 2, 0]
+    assert first.summary["ttft_s"] == second.summary["ttft_s"]
