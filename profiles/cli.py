@@ -10,7 +10,9 @@ Forms (argv excludes the word "profile"):
   composition; the table's meta.yaml records it and the latency model's name carries it as a
   variant (``+eager``, ``+mixed_graphs``) when it is not the default;
 * ``report DIR``: error of the latency model on the whole steps it was not fitted on;
-* ``diff OLD NEW [--threshold 0.1]``: per-op relative change of the median times.
+* ``diff OLD NEW [--threshold 0.1]``: per-op relative change of the median times;
+* ``tables [ROOT]``: every engine table under ROOT (default ``profiles``) with its held-out
+  error and whether it meets the floor (`profiles.table_index`).
 
 Exit codes: 0 ok, 2 bad input (one line on stderr, no traceback) or no torch / CUDA.
 """
@@ -67,6 +69,10 @@ def main(argv: list[str]) -> int:
             return _report(argv[1:])
         if argv and argv[0] == "diff":
             return _diff(argv[1:])
+        if argv and argv[0] == "tables":
+            from profiles.table_index import main as tables_main
+
+            return tables_main(argv[1:])
         return _profile(argv)
     except ConfigError as e:
         print(f"servesim profile: error: {e.one_line()}", file=sys.stderr)
@@ -304,9 +310,10 @@ def _profile(argv: list[str]) -> int:
         epilog="other forms: `servesim profile --engine vllm --model M --out DIR [--rebuild]` "
         "(whole engine steps through vLLM, the tables `latency: auto` prefers for the vllm "
         "policy; `--engine vllm --help` lists its options; --rebuild needs no GPU), "
-        "`servesim profile report DIR` (held-out error of a table) and "
-        "`servesim profile diff OLD NEW [--threshold 0.1]` (compare two tables); the last "
-        "two need no GPU",
+        "`servesim profile report DIR` (held-out error of a table), "
+        "`servesim profile diff OLD NEW [--threshold 0.1]` (compare two tables) and "
+        "`servesim profile tables [ROOT]` (every engine table's held-out error and floor); "
+        "the last three need no GPU",
     )
     ap.add_argument("--model", required=True, help="catalog model name (e.g. llama-3-8b)")
     ap.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree (>= 1)")

@@ -202,8 +202,8 @@ def make_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "profile",
         help="profile GPU kernels into latency tables (needs torch+CUDA; `--engine vllm`: whole "
-        "steps through vLLM); `profile report DIR` and `profile diff OLD NEW` read tables "
-        "without a GPU",
+        "steps through vLLM); `profile report DIR`, `profile diff OLD NEW` and `profile "
+        "tables` (every engine table's held-out error) read tables without a GPU",
     )
     sub.add_parser(
         "validate",

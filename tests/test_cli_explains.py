@@ -45,7 +45,7 @@ def test_every_option_and_positional_has_help():
 
 @pytest.mark.parametrize(
     "argv", [["profile", "--help"], ["profile", "report", "--help"], ["profile", "diff", "--help"],
-             ["validate", "--help"]],
+             ["profile", "tables", "--help"], ["validate", "--help"]],
 )  # fmt: skip
 def test_profile_and_validate_help_describe_every_argument(argv, capsys):
     with pytest.raises(SystemExit) as e:
@@ -54,6 +54,7 @@ def test_profile_and_validate_help_describe_every_argument(argv, capsys):
     out = capsys.readouterr().out
     if argv == ["profile", "--help"]:
         assert "profile report DIR" in out and "profile diff OLD NEW" in out
+        assert "profile tables [ROOT]" in out
     assert not _bare_arguments(out), out
 
 

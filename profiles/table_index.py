@@ -1,0 +1,94 @@
+"""``servesim profile tables [ROOT]``: every engine table under ROOT, one row each, with the
+held-out error it publishes and whether it meets the floor a shipped table is held to.
+
+Why: the accuracy of a table is a property of the table, computed from its own ``steps.csv``
+(`EngineStepModel.heldout`: the steps its fit never saw), so the list of what exists and how
+good each is should be computed, not copied into prose by hand (the README's table drifted:
+it once said "all but seven" where eight tables missed). The ``spread`` column is vLLM against
+itself (`engine_steps.repeat_spread`: each timing of a composition timed three or more times
+against their median), the noise under which no step model can go on single intervals; ``-``
+where the table timed no composition three times.
+
+Floor (issue 13 / 15): held-out median <= 5% and p95 <= 10% of whole-step time. No GPU needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from simulator.errors import ConfigError
+from simulator.files import load_yaml_file
+from simulator.latency.engine_steps import EngineStepModel, is_engine_table
+
+#: the held-out floor of a shipped table: (median, p95) of |sim / real - 1| over its test steps
+FLOOR_MEDIAN, FLOOR_P95 = 0.05, 0.10
+
+COLUMNS = (
+    "table", "steps", "median", "p95", "decode-only p95", "with-prefill p95", "spread p95",
+    "floor",
+)  # fmt: skip
+
+
+def engine_tables(root: Path) -> list[Path]:
+    """The engine-table folders under ``root`` (any depth), sorted by path."""
+    return sorted(p.parent for p in root.rglob("meta.yaml") if is_engine_table(p.parent))
+
+
+def table_row(table_dir: Path) -> dict:
+    """One table's published accuracy (fractions; ``spread_p95`` None when not measured)."""
+    meta = load_yaml_file(table_dir / "meta.yaml", "table meta.yaml")
+    m = EngineStepModel(table_dir, meta["model"]["name"], int(meta["tp"]))
+    h = m.heldout()
+    spread = h["repeat_spread"]
+    row = {
+        "table": m.name,
+        "steps": h["all"]["steps"],
+        "median": h["all"]["median"],
+        "p95": h["all"]["p95"],
+        "decode_p95": h["decode_only"]["p95"],
+        "prefill_p95": h["with_prefill"]["p95"],
+        "spread_p95": spread["p95"] if spread.get("steps") else None,
+    }
+    row["meets_floor"] = row["median"] <= FLOOR_MEDIAN and row["p95"] <= FLOOR_P95
+    return row
+
+
+def format_rows(rows: list[dict]) -> str:
+    """A markdown table of `table_row`s and a count of those meeting the floor."""
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
+    for r in rows:
+        cells = [
+            r["table"], f"{r['steps']:,}", _pct(r["median"]), _pct(r["p95"]),
+            _pct(r["decode_p95"]), _pct(r["prefill_p95"]), _pct(r["spread_p95"]),
+            "met" if r["meets_floor"] else "**missed**",
+        ]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    met = sum(r["meets_floor"] for r in rows)
+    lines.append("")
+    lines.append(
+        f"{met} of {len(rows)} tables meet the floor (held-out median <= "
+        f"{FLOOR_MEDIAN:.0%}, p95 <= {FLOOR_P95:.0%})"
+    )
+    return "\n".join(lines)
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(
+        prog="servesim profile tables",
+        description="held-out error of every engine table under ROOT, and the floor (no GPU)",
+    )
+    ap.add_argument("root", nargs="?", default="profiles", help="folder to search (profiles)")
+    a = ap.parse_args(argv)
+    root = Path(a.root)
+    if not root.is_dir():
+        raise ConfigError(a.root, "ROOT", "expected a folder of tables")
+    tables = engine_tables(root)
+    if not tables:
+        raise ConfigError(a.root, "ROOT", "no engine table (meta.yaml kind: engine_steps) in it")
+    print(format_rows([table_row(t) for t in tables]))
+    return 0

@@ -1,0 +1,54 @@
+"""`servesim profile tables`: every engine table's published held-out error and the floor."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from profiles.cli import main as profile_main
+from profiles.table_index import engine_tables, format_rows, table_row
+from simulator.latency.engine_steps import EngineStepModel
+
+REPO = Path(__file__).resolve().parents[1]
+#: the smallest shipped engine table (276 steps): fast to fit
+SMALL = REPO / "profiles/h200/vllm-0.24/llama-3-70b_tp2"
+
+
+def _row(median, p95, spread=None):
+    return {
+        "table": "t", "steps": 1234, "median": median, "p95": p95, "decode_p95": p95,
+        "prefill_p95": p95, "spread_p95": spread, "meets_floor": median <= 0.05 and p95 <= 0.1,
+    }  # fmt: skip
+
+
+def test_a_row_is_the_tables_own_heldout_report(tmp_path):
+    """The row says what `EngineStepModel.heldout` says for the table (nothing refitted, nothing
+    taken from elsewhere), and the floor is judged on those numbers."""
+    dest = tmp_path / "h200" / "vllm-0.24" / SMALL.name
+    shutil.copytree(SMALL, dest, ignore=shutil.ignore_patterns("raw"))
+    assert engine_tables(tmp_path) == [dest]
+    row = table_row(dest)
+    h = EngineStepModel(dest, "llama-3-70b", 2).heldout()
+    assert (row["steps"], row["median"], row["p95"]) == (
+        h["all"]["steps"], h["all"]["median"], h["all"]["p95"],
+    )  # fmt: skip
+    assert row["decode_p95"] == h["decode_only"]["p95"]
+    assert row["prefill_p95"] == h["with_prefill"]["p95"]
+    assert row["spread_p95"] is None  # one pass: no composition timed three times
+    assert row["meets_floor"] is (row["median"] <= 0.05 and row["p95"] <= 0.10)
+
+
+def test_the_floor_is_median_5_and_p95_10_percent_inclusive():
+    text = format_rows([_row(0.05, 0.10), _row(0.01, 0.1001), _row(0.0501, 0.02, 0.034)])
+    lines = text.splitlines()
+    assert lines[2].endswith("| 5.0% | 10.0% | 10.0% | 10.0% | - | met |")
+    assert lines[3].endswith("| **missed** |") and lines[4].endswith("| 3.4% | **missed** |")
+    assert lines[-1].startswith("1 of 3 tables meet the floor")
+
+
+def test_a_folder_without_tables_is_one_line_naming_it(tmp_path, capsys):
+    assert profile_main(["tables", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"servesim profile: error: {tmp_path}") and "no engine table" in err
+    assert profile_main(["tables", str(tmp_path / "absent")]) == 2
+    assert "expected a folder" in capsys.readouterr().err
