@@ -49,6 +49,29 @@ from simulator.request import Request
 _by_id = attrgetter("id")
 
 
+def _ascending(heap: list[tuple[int, int, Request]]):
+    """Yield the entries of ``heap`` (a list in heap order) in ascending (key, id) order without
+    changing it: a best-first walk from the root over a side heap of (key, id, index), so each
+    entry taken costs O(log) of the entries taken so far, not of the heap. Entries equal in
+    (key, id) come out one after the other (the index breaks the tie, never the request)."""
+    size = len(heap)
+    if not size:
+        return
+    push, pop = heapq.heappush, heapq.heappop
+    side = [(heap[0][0], heap[0][1], 0)]
+    while side:
+        i = pop(side)[2]
+        yield heap[i]
+        c = 2 * i + 1
+        if c < size:
+            e = heap[c]
+            push(side, (e[0], e[1], c))
+            c += 1
+            if c < size:
+                e = heap[c]
+                push(side, (e[0], e[1], c))
+
+
 class _GrowthBucket:
     """Members whose next KV growth is due at clock value ``key``, in request-id order.
 
@@ -355,6 +378,26 @@ class DecodeSet:
                 return key
             heapq.heappop(heap)
         return None
+
+    def finishes_ascending(self):
+        """Yield ``(key, member)`` for every member, in the order `advance` hands finishes out
+        (finish clock, then id), without changing the heap (`_ascending`): stale entries are
+        skipped, and a twin (same key and id, equal tuples, so taken one after the other) is
+        yielded once. For planning a decode run past finishes (`Replica._plan_past_finishes`);
+        valid only while the set is not changed."""
+        last = None
+        for key, _, req in _ascending(self._fin):
+            if req._dset is self and req._fin_clock == key and req is not last:
+                last = req
+                yield key, req
+
+    def by_length(self):
+        """Yield the members from the longest context (largest ``_dbase``) down, without
+        changing the heap; each at least once (a twin entry may repeat one). Valid only while
+        the set is not changed."""
+        for key, _, req in _ascending(self._longest):
+            if req._dset is self and req._dbase == -key:
+                yield req
 
     def next_growth_clock(self) -> int | None:
         keys = self._grow_keys
