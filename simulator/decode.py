@@ -49,29 +49,6 @@ from simulator.request import Request
 _by_id = attrgetter("id")
 
 
-def _ascending(heap: list[tuple[int, int, Request]]):
-    """Yield the entries of ``heap`` (a list in heap order) in ascending (key, id) order without
-    changing it: a best-first walk from the root over a side heap of (key, id, index), so each
-    entry taken costs O(log) of the entries taken so far, not of the heap. Entries equal in
-    (key, id) come out one after the other (the index breaks the tie, never the request)."""
-    size = len(heap)
-    if not size:
-        return
-    push, pop = heapq.heappush, heapq.heappop
-    side = [(heap[0][0], heap[0][1], 0)]
-    while side:
-        i = pop(side)[2]
-        yield heap[i]
-        c = 2 * i + 1
-        if c < size:
-            e = heap[c]
-            push(side, (e[0], e[1], c))
-            c += 1
-            if c < size:
-                e = heap[c]
-                push(side, (e[0], e[1], c))
-
-
 class _GrowthBucket:
     """Members whose next KV growth is due at clock value ``key``, in request-id order.
 
@@ -379,25 +356,34 @@ class DecodeSet:
             heapq.heappop(heap)
         return None
 
-    def finishes_ascending(self):
-        """Yield ``(key, member)`` for every member, in the order `advance` hands finishes out
-        (finish clock, then id), without changing the heap (`_ascending`): stale entries are
-        skipped, and a twin (same key and id, equal tuples, so taken one after the other) is
-        yielded once. For planning a decode run past finishes (`Replica._plan_past_finishes`);
-        valid only while the set is not changed."""
-        last = None
-        for key, _, req in _ascending(self._fin):
-            if req._dset is self and req._fin_clock == key and req is not last:
-                last = req
-                yield key, req
+    def pop_finish(self, heap: list, last: Request | None) -> tuple[int, Request | None]:
+        """Pop ``heap`` (a copy of ``_fin``, which stays unchanged) to its next live finish:
+        ``(key, member)``, in the order `advance` hands finishes out (finish clock, then id),
+        or ``(-1, None)`` when none is left. Stale entries are skipped, and so is a twin of
+        ``last`` (the member returned before: a twin has the same key and id, so comes right
+        after it). For planning a decode run past finishes (`Replica._plan_past_finishes`);
+        valid only while the set is not changed.
 
-    def by_length(self):
-        """Yield the members from the longest context (largest ``_dbase``) down, without
-        changing the heap; each at least once (a twin entry may repeat one). Valid only while
-        the set is not changed."""
-        for key, _, req in _ascending(self._longest):
-            if req._dset is self and req._dbase == -key:
-                yield req
+        Why a copy popped in C, not a walk of the heap itself: the walk was a generator left
+        unfinished at each run's end, and closing one costs an exception and a traceback."""
+        pop = heapq.heappop
+        while heap:
+            key, _, req = pop(heap)
+            if req._dset is self and req._fin_clock == key and req is not last:
+                return key, req
+        return -1, None
+
+    def longest_left(self, heap: list, clock: int) -> Request:
+        """The member with the longest context (largest ``_dbase``) among those whose finish
+        clock is after ``clock``, from ``heap`` (a copy of ``_longest``, which stays unchanged):
+        entries popped are stale or of members finished by ``clock``, so a later call with a
+        larger ``clock`` goes on from there. Needs such a member; valid only while the set is
+        not changed."""
+        while True:
+            key, _, req = heap[0]
+            if req._dset is self and req._dbase == -key and req._fin_clock > clock:
+                return req
+            heapq.heappop(heap)
 
     def next_growth_clock(self) -> int | None:
         keys = self._grow_keys

@@ -484,7 +484,7 @@ class Replica:
         """Go on planning after the run's first finish (its step is the run's last so far, ending
         at ``t`` before ``horizon``): up to ``k`` more steps, one segment per stretch between
         finishes, each with the members left then, read off the decode set without changing
-        it (`DecodeSet.finishes_ascending`, `DecodeSet.by_length`).
+        it (`DecodeSet.pop_finish`, `DecodeSet.longest_left`, on copies of its heaps).
 
         Each step's features are `_features`' for the set as it will be at that step: at the
         clock value ``c`` after a finish step, the members whose finish key is ``c`` have left,
@@ -494,21 +494,21 @@ class Replica:
         member has finished."""
         d = self.decoding
         n, sdb = len(d.members), d.sum_dbase
-        fins = d.finishes_ascending()
-        key, req = next(fins)
-        top, walk = None, None
+        fins, longest = d._fin[:], None
+        key, req = d.pop_finish(fins, None)
+        top = d._longest[0][2]  # live: `_plan_decode_run` read `decode_max()`
         while True:
             clock = key
             while key == clock:  # the members finishing on the step that ends at ``clock``
                 n -= 1
                 sdb -= req._dbase
-                key, req = next(fins, (None, None))
+                key, req = d.pop_finish(fins, req)
             if not n:
                 return
-            if top is None or top._fin_clock <= clock:
-                if walk is None:
-                    walk = d.by_length()
-                top = next(m for m in walk if m._fin_clock > clock)
+            if top._fin_clock <= clock:  # the longest has finished: the next one left
+                if longest is None:
+                    longest = d._longest[:]
+                top = d.longest_left(longest, clock)
             seg = k if key - clock > k else key - clock
             t = self._append_run(run, n, n * (clock + 1) + sdb, clock + 1 + top._dbase, seg, t,
                                  horizon)  # fmt: skip
