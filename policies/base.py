@@ -14,6 +14,11 @@ Class attributes a policy may override:
 * ``coalescable``: a decode-only plan is repeated unchanged until something arrives, finishes or
   the plan's ``wake_at`` passes; true for every policy whose decisions depend only on queue
   state. The replica then precomputes decode runs (identical results, far fewer events).
+* ``decodes_past_finish``: when nothing but the decode set is queued or running (no waiting
+  request, no prompt in progress), the plan after a member finishes is the decode of the rest,
+  as before it (its KV growth done by ``grow_decodes``); the replica's decode runs then go on
+  past finishes instead of ending at each (`Replica._plan_decode_run`). Only with
+  ``coalescable``.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ class Policy:
     name: ClassVar[str] = "?"
     uses_decode_set: ClassVar[bool] = True
     coalescable: ClassVar[bool] = True
+    decodes_past_finish: ClassVar[bool] = False
 
     def __init__(self, sec: Section, engine: dict):
         """Read parameters from ``sec`` (call ``sec.done()``); ``engine`` holds shared facts:

@@ -47,6 +47,9 @@ from simulator.request import Status
 
 class ChunkedPrefill(Policy):
     name = "chunked_prefill"
+    #: with nothing waiting and every running request decoding, `schedule` after a finish is
+    #: `grow_decodes` and a decode-only plan (no prompt to continue or admit)
+    decodes_past_finish = True
     #: parameter defaults (a subclass modelling one engine's defaults overrides them)
     defaults: ClassVar[dict] = {
         "max_num_seqs": 256,

@@ -32,6 +32,8 @@ from simulator.plan import DECODE, IDLE, StepPlan
 
 class ContinuousBatching(Policy):
     name = "continuous"
+    #: with nothing waiting, `schedule` after a finish is `grow_decodes` and DECODE
+    decodes_past_finish = True
 
     def __init__(self, sec: Section, engine: dict):
         super().__init__(sec, engine)

@@ -356,6 +356,35 @@ class DecodeSet:
             heapq.heappop(heap)
         return None
 
+    def pop_finish(self, heap: list, last: Request | None) -> tuple[int, Request | None]:
+        """Pop ``heap`` (a copy of ``_fin``, which stays unchanged) to its next live finish:
+        ``(key, member)``, in the order `advance` hands finishes out (finish clock, then id),
+        or ``(-1, None)`` when none is left. Stale entries are skipped, and so is a twin of
+        ``last`` (the member returned before: a twin has the same key and id, so comes right
+        after it). For planning a decode run past finishes (`Replica._plan_past_finishes`);
+        valid only while the set is not changed.
+
+        Why a copy popped in C, not a walk of the heap itself: the walk was a generator left
+        unfinished at each run's end, and closing one costs an exception and a traceback."""
+        pop = heapq.heappop
+        while heap:
+            key, _, req = pop(heap)
+            if req._dset is self and req._fin_clock == key and req is not last:
+                return key, req
+        return -1, None
+
+    def longest_left(self, heap: list, clock: int) -> Request:
+        """The member with the longest context (largest ``_dbase``) among those whose finish
+        clock is after ``clock``, from ``heap`` (a copy of ``_longest``, which stays unchanged):
+        entries popped are stale or of members finished by ``clock``, so a later call with a
+        larger ``clock`` goes on from there. Needs such a member; valid only while the set is
+        not changed."""
+        while True:
+            key, _, req = heap[0]
+            if req._dset is self and req._dbase == -key and req._fin_clock > clock:
+                return req
+            heapq.heappop(heap)
+
     def next_growth_clock(self) -> int | None:
         keys = self._grow_keys
         while keys:

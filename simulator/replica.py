@@ -70,6 +70,16 @@ class Replica:
                 decode_run_times, executor.step_time
             )
         self.next_external_s = next_external_s or (lambda: math.inf)
+        #: decode runs may go on past a member's finish (`_plan_past_finishes`): the policy
+        #: says its plan after a finish is the decode of the rest when nothing else is queued
+        #: or running, and no callback observes a finish (they would see it late)
+        self._past_finish = (
+            self.coalesce
+            and policy.decodes_past_finish
+            and on_finish is None
+            and on_prefilled is None
+            and getattr(kv, "reads", None) is None
+        )
         self.on_finish = on_finish
         #: P/D disaggregation: called (instead of joining the decode set) when a request emits its
         #: first token and has more to produce; the request has left ``running`` but still holds
@@ -410,16 +420,25 @@ class Replica:
     def _plan_decode_run(self, start: float, wake_at: float | None) -> None:
         """Precompute the identical decode steps that will follow; see the module docstring.
 
-        The run ends at the first of: the step on which a member finishes; the first step that
-        ends at or after the next external event or the policy's wake time; the last step whose
-        KV growth is guaranteed to fit (growth for later steps is allocated on commit and must
-        never fail); _MAX_RUN steps. Growth for the first step was done by the policy.
+        The run ends at the first of: the step on which a member finishes (unless the run may go
+        on past finishes, below); the first step that ends at or after the next external event
+        or the policy's wake time; the last step whose KV growth is guaranteed to fit (growth
+        for later steps is allocated on commit and must never fail); _MAX_RUN steps. Growth for
+        the first step was done by the policy.
+
+        Past finishes: when the policy declares ``decodes_past_finish`` and nothing but the
+        decode set is queued or running, the policy's plan after a finish is the decode of the
+        remaining members (nothing can be admitted: an arrival cuts the run), so the run goes on
+        with them (`_plan_past_finishes`) instead of ending there and going back through the
+        loop, a SimPy wait and ``schedule`` (~0.8 times a request). The KV bound is taken for
+        all ``n`` members over the whole run: members only leave, and a finish frees blocks.
         """
         d = self.decoding
         n = len(d.members)
         k = _MAX_RUN
         fin = d.next_finish_clock()
-        if fin is not None and fin - d.clock < k:
+        past = self._past_finish and not self.waiting and len(self.running) == n
+        if fin is not None and fin - d.clock < k and not past:
             k = fin - d.clock
         if n and k > 1 and self.kv.growth_bound(n, k - 1) > self.kv.num_free_blocks:
             free = self.kv.num_free_blocks
@@ -438,15 +457,64 @@ class Replica:
         run = []
         if self._reads is not None:
             self._plan_read_run(run, t, k, horizon)
-        else:
-            ctx = n * (d.clock + 1) + d.sum_dbase  # d.decode_ctx()
-            append = run.append
-            for dt in self._decode_run_times(n, ctx, d.decode_max(), k, t, horizon):
-                append((t, dt, ctx, ctx))
-                t += dt
-                ctx += n
+        elif not past or fin is None or fin - d.clock >= k:
+            self._append_run(run, n, n * (d.clock + 1) + d.sum_dbase, d.decode_max(), k, t, horizon)
+        else:  # the first finish comes before the run's bound: plan up to it, then past it
+            seg = fin - d.clock
+            t = self._append_run(run, n, d.decode_ctx(), d.decode_max(), seg, t, horizon)
+            if t < horizon:
+                self._plan_past_finishes(run, t, k - seg, horizon)
         self._run = run
         self._run_next = 0
+
+    def _append_run(
+        self, run: list, n: int, ctx: int, longest: int, k: int, t: float, horizon: float
+    ) -> float:
+        """Append up to ``k`` decode steps of ``n`` members from context sum ``ctx`` (longest
+        ``longest``), starting at ``t``, ending with the first that reaches ``horizon``
+        (`decode_run_times`); return the last one's end."""
+        append = run.append
+        for dt in self._decode_run_times(n, ctx, longest, k, t, horizon):
+            append((t, dt, ctx, ctx))
+            t += dt
+            ctx += n
+        return t
+
+    def _plan_past_finishes(self, run: list, t: float, k: int, horizon: float) -> None:
+        """Go on planning after the run's first finish (its step is the run's last so far, ending
+        at ``t`` before ``horizon``): up to ``k`` more steps, one segment per stretch between
+        finishes, each with the members left then, read off the decode set without changing
+        it (`DecodeSet.pop_finish`, `DecodeSet.longest_left`, on copies of its heaps).
+
+        Each step's features are `_features`' for the set as it will be at that step: at the
+        clock value ``c`` after a finish step, the members whose finish key is ``c`` have left,
+        so ``n`` and ``sum_dbase`` drop by them, the context sum is ``n * (c + 1) + sum_dbase``,
+        and the longest is ``c + 1 +`` the largest ``_dbase`` among members not finished by
+        ``c`` (finish key ``> c``). Stops at the horizon, after ``k`` steps, or when every
+        member has finished."""
+        d = self.decoding
+        n, sdb = len(d.members), d.sum_dbase
+        fins, longest = d._fin[:], None
+        key, req = d.pop_finish(fins, None)
+        top = d._longest[0][2]  # live: `_plan_decode_run` read `decode_max()`
+        while True:
+            clock = key
+            while key == clock:  # the members finishing on the step that ends at ``clock``
+                n -= 1
+                sdb -= req._dbase
+                key, req = d.pop_finish(fins, req)
+            if not n:
+                return
+            if top._fin_clock <= clock:  # the longest has finished: the next one left
+                if longest is None:
+                    longest = d._longest[:]
+                top = d.longest_left(longest, clock)
+            seg = k if key - clock > k else key - clock
+            t = self._append_run(run, n, n * (clock + 1) + sdb, clock + 1 + top._dbase, seg, t,
+                                 horizon)  # fmt: skip
+            k -= seg
+            if k <= 0 or t >= horizon:
+                return
 
     def _plan_read_run(self, run: list, t: float, k: int, horizon: float) -> None:
         """`_plan_decode_run`'s loop for a model with sliding layers: the run also ends before

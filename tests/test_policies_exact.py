@@ -68,7 +68,10 @@ def test_chunked_prefill_budget_decodes_first_then_chunks():
 
         rep.policy.schedule = schedule
 
-    reqs, _, _ = run([spec(0, 10, 3), spec(0, 4, 2)], "chunked_prefill", params, wrap=spy)
+    # step by step: a coalesced decode run goes on past r1's finish without asking the policy
+    # (`Replica._plan_past_finishes`), and this test reads the policy's plan of every step
+    reqs, _, _ = run([spec(0, 10, 3), spec(0, 4, 2)], "chunked_prefill", params, wrap=spy,
+                     coalesce=False)  # fmt: skip
     r = by_id(reqs)
     assert (r[0].first_token_s, r[0].finish_s) == (2.0, 4.0)
     assert (r[1].first_token_s, r[1].finish_s) == (2.0, 3.0)
