@@ -1164,3 +1164,52 @@ def test_a_block_fp8_model_runs_without_deepgemm_unless_the_caller_says(monkeypa
     assert "VLLM_USE_DEEP_GEMM" not in serve_env(1)
     monkeypatch.setenv("VLLM_USE_DEEP_GEMM", "1")
     assert serve_env(1, block)["VLLM_USE_DEEP_GEMM"] == "1"
+
+
+def _probe(prefill_tokens=0, decode_seqs=0, after_idle=0):
+    behind = int(prefill_tokens > 0 and not after_idle)  # as `vllm_table` marks it
+    return {"prefill_tokens": prefill_tokens, "decode_seqs": decode_seqs,
+            "after_idle": after_idle, "prefill_behind": behind}  # fmt: skip
+
+
+def test_an_eager_decode_launch_shows_behind_a_step_that_is_not_one():
+    """Under async scheduling a step is launched while the one before runs, and its outputs
+    wait for that launch. An eager decode-only step (more sequences than the largest CUDA graph,
+    512 here) launches eager code, as a prompt step above the graph does: behind a graph decode
+    or a prompt step it is a launched step; behind another eager decode (a steady chain, whose
+    intervals the decode curve fits) it is not; a graph-replayed decode never is."""
+    m = SimpleNamespace(max_graph=512)
+    launched = EngineStepModel._launched_behind
+    assert launched(m, _probe(0, 512), _probe(0, 513))  # graph decode -> eager decode
+    assert launched(m, _probe(3000, 512), _probe(0, 513))  # prompt step -> eager decode
+    assert not launched(m, _probe(0, 600), _probe(0, 598))  # inside an eager chain
+    assert not launched(m, _probe(0, 513), _probe(0, 512))  # a graph replay's launch is short
+    assert not launched(
+        m, _probe(0, 512), _probe(0, 513, after_idle=1)
+    )  # planned on an idle engine
+    assert launched(m, _probe(0, 512), _probe(8, 512))  # a prompt step behind a running one
+    ends = EngineStepModel._ends_eager_chain
+    assert ends(m, _probe(0, 520), _probe(0, 512)) and not ends(m, _probe(0, 528), _probe(0, 520))
+    assert not ends(m, _probe(0, 520), _probe(64, 512))  # a prompt step's launch is not short
+
+
+def test_the_last_eager_decode_of_a_chain_does_not_set_the_curve():
+    """Qwen3-30B-A3B on one H200 (largest graph 512): draining 768 sequences, the eager decode
+    step at 520 sequences took 55.8 and 64.5 ms in two passes, where the next step was eager
+    too, and 10.2 ms in the third, where the next was a graph replay (its launch sat in the
+    step before; only the tail of its GPU work shows). Fitted as its own time, that 10.2 ms
+    took the curve at 520 to 0 and a 520-sequence step to 1.5 ms. It has no target now, and
+    the curve there lies with the eager steps around it, above the largest graph's value."""
+    m = EngineStepModel(REPO / "profiles/h200/vllm-0.24/qwen3-30b-a3b_tp1", "qwen3-30b-a3b", 1)
+    at_520 = sorted(
+        (r["dur_us"], r["target"]) for r in m.rows
+        if r["scenario"].startswith("wide_b768_c128") and r["decode_seqs"] == 520
+        and not r["prefill_tokens"]
+    )  # fmt: skip
+    assert [round(d / 1e3, 1) for d, _ in at_520] == [10.2, 55.8, 64.5]
+    assert at_520[0][1] is None and at_520[1][1] == pytest.approx(0.0558047)
+
+    def t(b):
+        return m.step_time(0, 0.0, 0, b, b * 128)
+
+    assert t(520) > t(512) and 0.8 < t(520) / t(560) < 1.25

@@ -301,7 +301,8 @@ class EngineStepModel:
     # -- fit -----------------------------------------------------------------------------------
     def _attribute(self) -> None:
         """Each row's ``target`` (seconds): its own stamp interval, except around a launch that
-        showed. A step with prompt tokens planned behind a running step (``prefill_behind``) is
+        showed. A step with prompt tokens planned behind a running step (``prefill_behind``),
+        or an eager decode-only step behind a step that is not one (`_launched_behind`), is
         launched before the loop takes that step's outputs; when the running step's stamp
         interval (``wait_s``) exceeds its predicted own time by over 10%, the launch showed:
 
@@ -318,19 +319,51 @@ class EngineStepModel:
         a launch as waiting and leaves both steps without a target. Behind a prefill step it
         also needs the launch times (`_fit_launch`, from the pairs behind decode steps): only a
         step shorter than the launch can wait for it (a chain of 8,192-token chunks hides every
-        launch)."""
+        launch). The last eager decode step of a chain has no target either
+        (`_ends_eager_chain`)."""
         fitted = hasattr(self, "c_dec")
         prev = None
         for r in self.rows:
             r["target"] = r["dur_us"] * 1e-6
             r["next_tokens"] = 0
             r["charged_s"] = None
-            if r["prefill_behind"] and prev is not None:
+            if prev is not None and self._launched_behind(prev, r):
                 if fitted:
                     self._attribute_launch(prev, r)
                 elif prev["prefill_tokens"] == 0:
                     prev["target"] = r["target"] = None
+            if prev is not None and self._ends_eager_chain(prev, r):
+                prev["target"] = None
             prev = r
+
+    def _launched_behind(self, prev: dict, r: dict) -> bool:
+        """Whether ``r`` was launched while ``prev`` ran, with a launch long enough to show in
+        ``prev``'s stamp interval: a step with prompt tokens planned behind a running step
+        (``prefill_behind``), or a decode-only step above the largest CUDA graph (eager: its
+        launch is eager code, tens of ms, like a prompt step's above it) planned behind a step
+        that is not one too. Why the second: after a prompt step, Qwen3-30B-A3B's first
+        513-sequence decode step measures 12 ms and the prompt step 60 ms where their own times
+        are ~25 and ~30 ms: the decode's launch sat in the prompt step's interval, and fitted
+        as its own time it took the curve's 520-sequence value to 0. In a chain of eager decode
+        steps each interval is the steady max of launch and GPU time, which the curve fits."""
+        if r["prefill_behind"]:
+            return True
+        if r["prefill_tokens"] or r["after_idle"] or not self.max_graph:
+            return False
+        eager = r["decode_seqs"] > self.max_graph
+        return eager and (prev["prefill_tokens"] > 0 or prev["decode_seqs"] <= self.max_graph)
+
+    def _ends_eager_chain(self, prev: dict, r: dict) -> bool:
+        """Whether ``prev`` is an eager decode-only step followed by a graph-replayed decode
+        step. Its stamp interval is then neither its own time nor a steady one: its launch sat
+        in the interval before it (`_launched_behind`), and the launch behind it is a graph's
+        (~1 ms), so only the tail of its GPU work shows (Qwen3-30B-A3B on an H200: 9-12 ms
+        where eager decode steps followed by eager ones take 52-65 ms). No target: the decode
+        curve's eager sizes are fitted on steps followed by eager ones, which is what a chain
+        of eager steps costs."""
+        if not self.max_graph or prev["prefill_tokens"] or r["prefill_tokens"]:
+            return False
+        return prev["decode_seqs"] > self.max_graph >= r["decode_seqs"]
 
     def _attribute_launch(self, prev: dict, r: dict) -> None:
         """One pair: ``prev`` ran while ``r`` was launched. ``prev``'s time before any wait is
