@@ -13,9 +13,11 @@ The model has two regimes, as the engine has:
   ``t = W(P(B)) + a_ctx * decode_ctx + a_max * decode_max``;
 * **decode-only steps above it**, which run eagerly, join the first regime (``P(B) = B``, a
   knot at every measured batch size) when the table measured them at batches well above the
-  largest graph (the grid's ``wide`` family: `EAGER_DECODE_FROM`); eager decode can be a step
-  function of the batch (DeepSeek-V2-Lite on an H200: 11 ms at 522 sequences, 64 ms at 582),
-  which only measured sizes follow. Otherwise (the single eager size 513 most tables have)
+  largest graph (the grid's ``wide`` family: `EAGER_DECODE_FROM`); eager decode is launch-bound
+  and uneven in the batch (Qwen3-30B-A3B on an H200: 52-65 ms from 520 to 1,024 sequences
+  against 26 ms at 512), which only measured sizes follow. The last eager step of a chain
+  shows only the tail of its GPU work (`_ends_eager_chain`: once read as "11 ms at 522
+  sequences" on DeepSeek-V2-Lite). Otherwise (the single eager size 513 most tables have)
   they stay in the second;
 * **every other step** (any prefill, or more decodes than the largest graph) runs piecewise
   graphs padded the same way up to the largest capture size, eagerly above, over
