@@ -455,13 +455,14 @@ class Replica:
             horizon = wake_at
         t = start
         run = []
+        ctx = n * (d.clock + 1) + d.sum_dbase  # d.decode_ctx(), inline: every decode run
         if self._reads is not None:
             self._plan_read_run(run, t, k, horizon)
         elif not past or fin is None or fin - d.clock >= k:
-            self._append_run(run, n, n * (d.clock + 1) + d.sum_dbase, d.decode_max(), k, t, horizon)
+            self._append_run(run, n, ctx, d.decode_max(), k, t, horizon)
         else:  # the first finish comes before the run's bound: plan up to it, then past it
             seg = fin - d.clock
-            t = self._append_run(run, n, d.decode_ctx(), d.decode_max(), seg, t, horizon)
+            t = self._append_run(run, n, ctx, d.decode_max(), seg, t, horizon)
             if t < horizon:
                 self._plan_past_finishes(run, t, k - seg, horizon)
         self._run = run
