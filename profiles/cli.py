@@ -27,7 +27,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import yaml
 
@@ -93,8 +92,8 @@ def _report(argv: list[str]) -> int:
     from simulator.latency.profiled import load_for_report
 
     if is_engine_table(a.dir):
-        meta = load_yaml_file(Path(a.dir) / "meta.yaml", "table meta.yaml")
-        m = EngineStepModel(a.dir, meta["model"]["name"], int(meta["tp"]))
+        m = EngineStepModel.as_measured(a.dir)
+        meta = m.meta
         dip = m.describe()["clock_dip"]  # what the held-out decode steps were charged with
         out = {"table": m.name, "heldout": m.heldout(), "clock_dip": dip}
         if meta.get("shard"):  # judged on its own steps: the layout's collectives not in them

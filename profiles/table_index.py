@@ -18,7 +18,6 @@ import argparse
 from pathlib import Path
 
 from simulator.errors import ConfigError
-from simulator.files import load_yaml_file
 from simulator.latency.engine_steps import EngineStepModel, is_engine_table
 
 #: the held-out floor of a shipped table: (median, p95) of |sim / real - 1| over its test steps
@@ -37,8 +36,7 @@ def engine_tables(root: Path) -> list[Path]:
 
 def table_row(table_dir: Path) -> dict:
     """One table's published accuracy (fractions; ``spread_p95`` None when not measured)."""
-    meta = load_yaml_file(table_dir / "meta.yaml", "table meta.yaml")
-    m = EngineStepModel(table_dir, meta["model"]["name"], int(meta["tp"]))
+    m = EngineStepModel.as_measured(table_dir)
     h = m.heldout()
     spread = h["repeat_spread"]
     row = {

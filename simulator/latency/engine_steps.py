@@ -235,6 +235,14 @@ class EngineStepModel:
             self.set_row_dips(self.rows)
             self._fit_round()
 
+    @classmethod
+    def as_measured(cls, table_dir: str | Path) -> EngineStepModel:
+        """The table's model for the model and TP its own ``meta.yaml`` names: for reports that
+        read a table without an experiment (`servesim profile report` / `tables`). A meta.yaml
+        without them is a ConfigError naming it (`_read_meta`)."""
+        meta = _read_meta(Path(table_dir))
+        return cls(table_dir, meta["model"]["name"], int(meta["tp"]))
+
     def _fit_round(self) -> None:
         self._attribute()
         self.fit(median_of_repeats([r for r in self.rows if r["split"] == "train"]))
