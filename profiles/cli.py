@@ -30,6 +30,7 @@ import time
 
 import yaml
 
+from profiles.report_fmt import pct
 from profiles.torch_model import MIXED_MODES, torch_dtype_name
 from simulator.argtypes import positive_float, positive_int
 from simulator.errors import ConfigError
@@ -123,22 +124,22 @@ def format_report(m) -> str:
         lines.append(
             f"  fit on {fit['train_steps']} steps: base {fit['base_overhead_ms']} ms, "
             f"mixed +{fit['mixed_overhead_ms']} ms, gamma {fit['gamma']}; train median "
-            f"{_pct(fit['train_median_abs_err'])}, p95 {_pct(fit['train_p95_abs_err'])}"
+            f"{pct(fit['train_median_abs_err'])}, p95 {pct(fit['train_p95_abs_err'])}"
         )
     if ho.get("test_steps"):
         lines.append(
             f"  held-out ({ho['test_steps']} steps never used in the fit, vs their "
-            f"{ho['measured_stat'][:-3]}): median {_pct(ho['median_abs_err'])}, p95 "
-            f"{_pct(ho['p95_abs_err'])}, max {_pct(ho['max_abs_err'])}; vs their p10: "
-            f"median {_pct(ho['vs_measured_p10']['median_abs_err'])}, p95 "
-            f"{_pct(ho['vs_measured_p10']['p95_abs_err'])}"
+            f"{ho['measured_stat'][:-3]}): median {pct(ho['median_abs_err'])}, p95 "
+            f"{pct(ho['p95_abs_err'])}, max {pct(ho['max_abs_err'])}; vs their p10: "
+            f"median {pct(ho['vs_measured_p10']['median_abs_err'])}, p95 "
+            f"{pct(ho['vs_measured_p10']['p95_abs_err'])}"
         )
         for part in ("gpu_bound", "launch_bound"):
             sub = ho.get(part) or {}
             if sub.get("steps"):
                 lines.append(
                     f"    {part.replace('_', '-')} ({sub['steps']} steps): median "
-                    f"{_pct(sub['median_abs_err'])}, p95 {_pct(sub['p95_abs_err'])}"
+                    f"{pct(sub['median_abs_err'])}, p95 {pct(sub['p95_abs_err'])}"
                 )
         for w in ho["worst"]:
             lines.append(
@@ -153,10 +154,6 @@ def format_report(m) -> str:
     for w in d["warnings"]:
         lines.append(f"  warning: {w}")
     return "\n".join(lines)
-
-
-def _pct(x) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
 DIFF_KEYS = {

@@ -15,10 +15,16 @@ Floor (issue 13 / 15): held-out median <= 5% and p95 <= 10% of whole-step time. 
 from __future__ import annotations
 
 import argparse
+import functools
 from pathlib import Path
 
+from profiles.report_fmt import pct
 from simulator.errors import ConfigError
 from simulator.latency.engine_steps import EngineStepModel, is_engine_table
+
+#: a table cell: "-" where a statistic has no steps
+_cell = functools.partial(pct, missing="-")
+
 
 #: the held-out floor of a shipped table: (median, p95) of |sim / real - 1| over its test steps
 FLOOR_MEDIAN, FLOOR_P95 = 0.05, 0.10
@@ -57,8 +63,8 @@ def format_rows(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
     for r in rows:
         cells = [
-            r["table"], f"{r['steps']:,}", _pct(r["median"]), _pct(r["p95"]),
-            _pct(r["decode_p95"]), _pct(r["prefill_p95"]), _pct(r["spread_p95"]),
+            r["table"], f"{r['steps']:,}", _cell(r["median"]), _cell(r["p95"]),
+            _cell(r["decode_p95"]), _cell(r["prefill_p95"]), _cell(r["spread_p95"]),
             "met" if r["meets_floor"] else "**missed**",
         ]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
@@ -69,10 +75,6 @@ def format_rows(rows: list[dict]) -> str:
         f"{FLOOR_MEDIAN:.0%}, p95 <= {FLOOR_P95:.0%})"
     )
     return "\n".join(lines)
-
-
-def _pct(x) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
 
 
 def main(argv: list[str]) -> int:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import gzip
 import hashlib
 import json
@@ -34,10 +35,15 @@ import sys
 from pathlib import Path
 
 from profiles.real_executor import RECORD_FIELDS
+from profiles.report_fmt import pct
 from simulator.config import TOOLING_KEYS, apply_overrides, load_yaml
 from simulator.errors import ConfigError
 from simulator.files import check_out_dir, decode_text
 from simulator.hardware import GPUS
+
+#: errors print signed (`+3.1%`)
+_signed = functools.partial(pct, signed=True)
+
 
 #: (summary section, statistic) pairs compared between simulation and reality
 METRICS = tuple(
@@ -220,10 +226,6 @@ def _trim(s: dict) -> dict:
     return {k: s[k] for k in keys if k in s}
 
 
-def _pct(x: float) -> str:
-    return "n/a" if x is None or math.isnan(x) else f"{100 * x:+.1f}%"
-
-
 def _fmt(metric: str, v: float) -> str:
     return f"{v:.2f}" if metric.startswith("throughput") else f"{1e3 * v:.1f} ms"
 
@@ -245,11 +247,12 @@ def render_markdown(rep: dict) -> str:
     ]
     for r in rep["metrics"]:
         m = r["metric"]
-        lines.append(f"| {m} | {_fmt(m, r['sim'])} | {_fmt(m, r['real'])} | {_pct(r['rel_err'])} |")
+        err = _signed(r["rel_err"])
+        lines.append(f"| {m} | {_fmt(m, r['sim'])} | {_fmt(m, r['real'])} | {err} |")
     lines += [
         "",
-        f"Median |error| over these metrics: {_pct(rep['median_abs_rel_err'])}; "
-        f"max: {_pct(rep['max_abs_rel_err'])}.",
+        f"Median |error| over these metrics: {_signed(rep['median_abs_rel_err'])}; "
+        f"max: {_signed(rep['max_abs_rel_err'])}.",
         "",
         f"## Per step ({st['num_steps']} steps of the real run; prediction for each real batch)",
         "",
@@ -259,15 +262,15 @@ def render_markdown(rep: dict) -> str:
     for basis in ("wall", "gpu"):
         b = st[basis]
         lines.append(
-            f"| {basis} | {_pct(b['median_abs_rel'])} | {_pct(b['p95_abs_rel'])} | "
-            f"{_pct(b['median_rel'])} | {_pct(b['total_time_rel'])} |"
+            f"| {basis} | {_signed(b['median_abs_rel'])} | {_signed(b['p95_abs_rel'])} | "
+            f"{_signed(b['median_rel'])} | {_signed(b['total_time_rel'])} |"
         )
     lines += ["", "| step kind (wall) | steps | share of time | median abs. rel. | median signed |",
               "| --- | ---: | ---: | ---: | ---: |"]  # fmt: skip
     for k, b in st["wall"]["by_kind"].items():
         lines.append(
-            f"| {k} | {b['steps']} | {_pct(b['time_share'])} | {_pct(b['median_abs_rel'])} | "
-            f"{_pct(b['median_rel'])} |"
+            f"| {k} | {b['steps']} | {_signed(b['time_share'])} | {_signed(b['median_abs_rel'])} | "
+            f"{_signed(b['median_rel'])} |"
         )
     lines += [
         "",
@@ -284,7 +287,7 @@ def render_markdown(rep: dict) -> str:
         lines.append(
             f"| {w['prefill_tokens']} | {w['prefill_seqs']} | {w['decode_seqs']} | "
             f"{w['decode_ctx']} | {w['max_decode_ctx']} | {1e3 * w['predicted_s']:.2f} ms | "
-            f"{1e3 * w['gpu_s']:.2f} ms | {1e3 * w['wall_s']:.2f} ms | {_pct(w['rel_err'])} |"
+            f"{1e3 * w['gpu_s']:.2f} ms | {1e3 * w['wall_s']:.2f} ms | {_signed(w['rel_err'])} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -85,6 +85,9 @@ class DecodeSet:
         self._sat_dsum = 0
         self.members: dict[int, Request] = {}
         self.sum_dbase = 0
+        #: heap of (finish clock, id, request); may hold stale entries (a member removed or
+        #: re-filed): its top is a lower bound on the next finish (`next_finish_clock`). The
+        #: list object is never replaced, so a caller may hold it (`finish_heap`)
         self._fin: list[tuple[int, int, Request]] = []
         #: clock value -> the bucket of members due for KV growth at it (id order)
         self._grow_at: dict[int, _GrowthBucket] = {}
@@ -356,8 +359,24 @@ class DecodeSet:
             heapq.heappop(heap)
         return None
 
+    def finish_heap(self) -> list[tuple[int, int, Request]]:
+        """The finish heap itself, for a caller that peeks its top once a decode step
+        (`Replica._commit_decodes`): ``heap[0][0] <= clock`` means a member *may* finish by
+        ``clock`` (stale entries included), so the caller must then take the exact path
+        (`advance`); above it nobody does. Read only."""
+        return self._fin
+
+    def longest_heap(self) -> list[tuple[int, int, Request]]:
+        """The longest-context heap itself (stale entries included), to be copied for
+        `longest_left`. Read only."""
+        return self._longest
+
+    def longest_member(self) -> Request | None:
+        """The member whose context `decode_max` measures (None when the set is empty)."""
+        return self._longest[0][2] if self.decode_max() else None
+
     def pop_finish(self, heap: list, last: Request | None) -> tuple[int, Request | None]:
-        """Pop ``heap`` (a copy of ``_fin``, which stays unchanged) to its next live finish:
+        """Pop ``heap`` (a copy of `finish_heap`, which stays unchanged) to its next live finish:
         ``(key, member)``, in the order `advance` hands finishes out (finish clock, then id),
         or ``(-1, None)`` when none is left. Stale entries are skipped, and so is a twin of
         ``last`` (the member returned before: a twin has the same key and id, so comes right
@@ -375,7 +394,7 @@ class DecodeSet:
 
     def longest_left(self, heap: list, clock: int) -> Request:
         """The member with the longest context (largest ``_dbase``) among those whose finish
-        clock is after ``clock``, from ``heap`` (a copy of ``_longest``, which stays unchanged):
+        clock is after ``clock``, from ``heap`` (a copy of `longest_heap`, which stays unchanged):
         entries popped are stale or of members finished by ``clock``, so a later call with a
         larger ``clock`` goes on from there. Needs such a member; valid only while the set is
         not changed."""

@@ -330,7 +330,8 @@ class Replica:
         log, waiting, running, members = self.steps.append, self.waiting, self.running, d.members
         grow_due, extend, advance = d.grow_due, kv.extend, self._advance_decode
         group, grouped, unit = self._extend_group, d.grow_due_grouped, kv.block_size
-        fin, joined, gaps, counts = d._fin, d.joined, self.itl_gaps.append, self.itl_counts.append
+        fin, joined = d.finish_heap(), d.joined
+        gaps, counts = self.itl_gaps.append, self.itl_counts.append
         # queue and batch sizes change only where `_advance_decode` runs (a finish)
         n, nw, nr = len(members), len(waiting), len(running)
         busy = self.busy_s
@@ -495,9 +496,9 @@ class Replica:
         member has finished."""
         d = self.decoding
         n, sdb = len(d.members), d.sum_dbase
-        fins, longest = d._fin[:], None
+        fins, longest = d.finish_heap()[:], None
         key, req = d.pop_finish(fins, None)
-        top = d._longest[0][2]  # live: `_plan_decode_run` read `decode_max()`
+        top = d.longest_member()
         while True:
             clock = key
             while key == clock:  # the members finishing on the step that ends at ``clock``
@@ -508,7 +509,7 @@ class Replica:
                 return
             if top._fin_clock <= clock:  # the longest has finished: the next one left
                 if longest is None:
-                    longest = d._longest[:]
+                    longest = d.longest_heap()[:]
                 top = d.longest_left(longest, clock)
             seg = k if key - clock > k else key - clock
             t = self._append_run(run, n, n * (clock + 1) + sdb, clock + 1 + top._dbase, seg, t,
