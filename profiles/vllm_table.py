@@ -175,6 +175,77 @@ def flag_early_stamps(rows: list[dict], served, gpu) -> int:
     return tagged
 
 
+#: a stamp shift (`flag_shifted_stamps`): the long end at least this much above its like
+#: neighbour's interval, the short end this much below, their offsets cancelling to this share
+SHIFT_MIN = 0.25
+SHIFT_CANCEL = 0.10
+#: like compositions (`_like_steps`): prompt tokens, decode sequences and decode context within
+#: this share of each other
+LIKE_TOL = 0.10
+
+
+def flag_shifted_stamps(rows: list[dict]) -> int:
+    """Tag ``burst = 4`` on both ends of a stamp shift; returns how many steps were tagged.
+
+    A stamp shift: step ``i``'s interval is ``d`` longer than that of a step of like composition
+    next to it (its reference) and step ``i + lag`` (``lag`` 1 or 2) is ``d`` shorter, so that
+    the two intervals sum to twice the reference's (to `SHIFT_CANCEL` of it), with ``d`` at
+    least `SHIFT_MIN` of it. Why: the engine loop stamps a step when it takes the step's
+    output; held for ``d`` (host work, a collection), it stamps step ``i`` late and the steps
+    behind it in the batch queue late too, until a stamp catches up. Seen on H200 in runs of
+    8k-token prefill steps: Llama-3-70B fp8 stamped 850, 1,671, 859, 39, 860 ms (``lag`` 2: the
+    middle interval has both ends late, so it is right) and DeepSeek-V3's shard 276, 398, 276,
+    142 ms. The GPU never idled (the sum over the shift is the steps' time), so neither end's
+    interval is its step's time; `flag_early_stamps` catches the short end only where it is
+    below the GPU's physical floor (the 39 ms, not the 142). Like: same scenario, neither step
+    after an idle gap, both with prompt tokens (within `LIKE_TOL`) or both decode-only (decode
+    sequences and context within it). The reference is the middle step for ``lag`` 2, the step
+    before or after the pair for ``lag`` 1. A step already left out (``burst``, a submission
+    burst's or a shift's) is neither an end nor a reference. Runs before `flag_early_stamps`,
+    which then also tags the step before a short end."""
+    tagged = 0
+    n = len(rows)
+    for i in range(n):
+        for lag in (1, 2):
+            j = i + lag
+            if j >= n or rows[i]["burst"] or rows[j]["burst"]:
+                continue
+            refs = (i + 1,) if lag == 2 else (i - 1, i + 2)
+            ref = next((rows[k] for k in refs if 0 <= k < n and _like_steps(rows, i, j, k)), None)
+            if ref is not None and _shifted(rows[i]["dur_us"], ref["dur_us"], rows[j]["dur_us"]):
+                rows[i]["burst"] = rows[j]["burst"] = 4
+                tagged += 2
+                break
+    return tagged
+
+
+def _shifted(long_us: float, ref_us: float, short_us: float) -> bool:
+    """Whether ``long_us`` and ``short_us`` are ``ref_us`` plus and minus one delay (see
+    `flag_shifted_stamps`)."""
+    return (
+        ref_us > 0
+        and long_us >= (1 + SHIFT_MIN) * ref_us
+        and short_us <= (1 - SHIFT_MIN) * ref_us
+        and abs(long_us + short_us - 2 * ref_us) <= SHIFT_CANCEL * ref_us
+    )
+
+
+def _like_steps(rows: list[dict], *idx: int) -> bool:
+    """Whether the steps at ``idx`` ran in one scenario, none after an idle gap, with like
+    compositions (`flag_shifted_stamps`)."""
+    sel = [rows[k] for k in idx]
+    if len({r["scenario"] for r in sel}) > 1 or any(r["after_idle"] or r["burst"] for r in sel):
+        return False
+    if len({r["prefill_tokens"] > 0 for r in sel}) > 1:
+        return False
+    keys = ("prefill_tokens",) if sel[0]["prefill_tokens"] else ("decode_seqs", "decode_ctx")
+    for key in keys:
+        vals = [r[key] for r in sel]
+        if max(vals) - min(vals) > LIKE_TOL * max(vals):
+            return False
+    return True
+
+
 #: a repeat's step and the base pass's step are one composition when their decode context and
 #: prefill attention sums differ by at most this fraction (one decode token per sequence moves
 #: a 128-token batch's context by 0.8%; prefill chunks start where the submission burst ended)
@@ -465,6 +536,7 @@ def build_table(
     unresolved = sum(1 for r in rows if r["decode_ctx"] is None)
     rows = [r for r in rows if r["decode_ctx"] is not None]
     served = ShardedModel(spec, tp, expert_parallel)
+    shifted = flag_shifted_stamps(rows)
     early = flag_early_stamps(rows, served, load_gpu(gpu_key, "--gpu-key", "gpu"))
     joined = group_repeats(rows, phase["scenarios"])
     frontend = frontend_delays(phase, steps)
@@ -483,6 +555,7 @@ def build_table(
             "recorded": len(rows) + dropped + unresolved,
             "outside_scenarios": dropped,
             "early_stamp_steps_left_out": early,
+            "shifted_stamp_steps_left_out": shifted,
             "repeats": phase.get("repeats", 1),
             "repeat_steps_joined": joined,
             "scenarios": len(phase["scenarios"]),

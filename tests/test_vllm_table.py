@@ -77,6 +77,51 @@ def test_a_step_faster_than_the_gpu_marks_itself_and_the_step_before():
     assert [r["burst"] for r in rows] == [0, 4, 4]
 
 
+def _in_scenario(rows, scenario="s"):
+    for r in rows:
+        r.update(scenario=scenario, after_idle=0)
+    return rows
+
+
+def test_a_stamp_shift_tags_its_long_and_short_ends():
+    # Llama-3-70B fp8 on H200 (2026-11-26): 8k-token prefill steps stamped 850, 1671, 859, 39,
+    # 860 ms: the loop held ~820 ms, two stamps late, the third caught up (lag 2)
+    rows = _in_scenario([_row(t, pf=8192) for t in (850, 1671, 859, 39, 860)])
+    assert vllm_table.flag_shifted_stamps(rows) == 2
+    assert [r["burst"] for r in rows] == [0, 4, 0, 4, 0]
+    # lag 1: one stamp late by 4 ms (10 + 4, then 10 - 4); the reference is the step before
+    rows = _in_scenario([_row(10.0, nd=64, ctx=64_000), _row(14.0, nd=64, ctx=64_064),
+                         _row(6.2, nd=64, ctx=64_128), _row(10.0, nd=64, ctx=64_192)])  # fmt: skip
+    assert vllm_table.flag_shifted_stamps(rows) == 2
+    assert [r["burst"] for r in rows] == [0, 4, 4, 0]
+
+
+def test_no_stamp_shift_without_cancelling_offsets_or_like_steps():
+    def tagged(rows):
+        return vllm_table.flag_shifted_stamps(_in_scenario(rows))
+
+    # offsets that do not cancel (+40%, -10%): two steps of their own times
+    assert tagged([_row(t, nd=64, ctx=64_000) for t in (10.0, 14.0, 9.0, 10.0)]) == 0
+    # offsets under SHIFT_MIN (+20%, -20%)
+    assert tagged([_row(t, nd=64, ctx=64_000) for t in (10.0, 12.0, 8.0, 10.0)]) == 0
+    # a prompt step, then a decode step: unlike compositions, a long and a short step
+    assert (
+        tagged([_row(300, pf=8192), _row(450, pf=8192), _row(20, nd=64), _row(300, pf=8192)]) == 0
+    )
+    # twice the batch is not like (decode sequences beyond LIKE_TOL)
+    assert tagged([_row(10.0, nd=64), _row(14.0, nd=64), _row(6.0, nd=128), _row(10.0, nd=64)]) == 0
+    # ends in two scenarios, or after an idle gap, or already left out, make no shift
+    rows = [_row(t, nd=64, ctx=64_000) for t in (10.0, 14.0, 6.0, 10.0)]
+    _in_scenario(rows[:2], "a"), _in_scenario(rows[2:], "b")
+    assert vllm_table.flag_shifted_stamps(rows) == 0
+    rows = _in_scenario([_row(t, nd=64, ctx=64_000) for t in (10.0, 14.0, 6.0, 10.0)])
+    rows[2]["after_idle"] = 1
+    assert vllm_table.flag_shifted_stamps(rows) == 0
+    rows = _in_scenario([_row(t, nd=64, ctx=64_000) for t in (10.0, 14.0, 6.0, 10.0)])
+    rows[0]["burst"] = rows[3]["burst"] = 1  # the references planned in a submission burst
+    assert vllm_table.flag_shifted_stamps(rows) == 0
+
+
 def test_precision_becomes_checkpoint_config_and_engine_args():
     spec = MODELS["llama-3-8b"]
     assert engine_precision("bf16", "bf16") == ({}, {})
