@@ -695,8 +695,9 @@ def _meta(run_dir: Path, engine: dict, gpu_key: str, spec: ModelSpec, tp: int, m
         "engine_config": {k: engine[k] for k in ("scheduler", "cache", "model", "compilation")},
         "kv_capacity_tokens": engine["cache"]["num_gpu_blocks"] * engine["cache"]["block_size"],
         "weights": "dummy (load_format=dummy); config.json generated from the catalog",
-        # MoE routers as the dummy load left them, or re-drawn (`profiles.dummy_routing`)
-        "routing": engine.get("routing", "dummy"),
+        # MoE routers as the dummy load left them, or re-drawn (`profiles.dummy_routing`);
+        # a dense model has none to describe
+        **({"routing": engine.get("routing", "dummy")} if spec.moe else {}),
         "steps": m["steps"],
         "step_time": "interval from max(previous completion, plan) to completion, engine clock",
         "frontend": m["frontend"],
