@@ -101,8 +101,8 @@ PAIRS = (
     # architectures: a mixture of experts and a sliding-window model (issue 15)
     Pair("h200", "qwen3-30b-a3b", load=1.25), Pair("h200", "gemma-3-27b", load=0.3),
     Pair("h200", "deepseek-v2-lite", load=2.6),  # MLA + MoE; token-dependent routing since 11-26
-    # token-dependent routing on an H100 (loads scaled by the bandwidth ratio, 2.6 / 1.43); no
-    # real run yet: its table and replay should come from one H100 (profiles/README.md)
+    # token-dependent routing on an H100 (loads scaled by the bandwidth ratio, 2.6 / 1.43); the
+    # replay (2026-11-27) and the one-pass table (2026-11-26) are from two H100 hosts
     Pair("h100", "deepseek-v2-lite", load=1.8),
     # MoE + alternating sliding windows + sinks; bf16 experts; its table is an H100's
     Pair("h100", "gpt-oss-20b", load=1.6),
