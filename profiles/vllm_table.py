@@ -179,6 +179,8 @@ def flag_early_stamps(rows: list[dict], served, gpu) -> int:
 #: neighbour's interval, the short end this much below, their offsets cancelling to this share
 SHIFT_MIN = 0.25
 SHIFT_CANCEL = 0.10
+#: the most steps a shift spans (a 3-step one seen, `flag_shifted_stamps`)
+SHIFT_MAX_LAG = 3
 #: like compositions (`_like_steps`): prompt tokens, decode sequences and decode context within
 #: this share of each other
 LIKE_TOL = 0.10
@@ -188,35 +190,51 @@ def flag_shifted_stamps(rows: list[dict]) -> int:
     """Tag ``burst = 4`` on both ends of a stamp shift; returns how many steps were tagged.
 
     A stamp shift: step ``i``'s interval is ``d`` longer than that of a step of like composition
-    next to it (its reference) and step ``i + lag`` (``lag`` 1 or 2) is ``d`` shorter, so that
-    the two intervals sum to twice the reference's (to `SHIFT_CANCEL` of it), with ``d`` at
-    least `SHIFT_MIN` of it. Why: the engine loop stamps a step when it takes the step's
-    output; held for ``d`` (host work, a collection), it stamps step ``i`` late and the steps
-    behind it in the batch queue late too, until a stamp catches up. Seen on H200 in runs of
-    8k-token prefill steps: Llama-3-70B fp8 stamped 850, 1,671, 859, 39, 860 ms (``lag`` 2: the
-    middle interval has both ends late, so it is right) and DeepSeek-V3's shard 276, 398, 276,
-    142 ms. The GPU never idled (the sum over the shift is the steps' time), so neither end's
-    interval is its step's time; `flag_early_stamps` catches the short end only where it is
-    below the GPU's physical floor (the 39 ms, not the 142). Like: same scenario, neither step
-    after an idle gap, both with prompt tokens (within `LIKE_TOL`) or both decode-only (decode
-    sequences and context within it). The reference is the middle step for ``lag`` 2, the step
-    before or after the pair for ``lag`` 1. A step already left out (``burst``, a submission
-    burst's or a shift's) is neither an end nor a reference. Runs before `flag_early_stamps`,
-    which then also tags the step before a short end."""
+    next to it (its reference) and step ``i + lag`` (``lag`` 1 to `SHIFT_MAX_LAG`) is ``d``
+    shorter, so that the two intervals sum to twice the reference's (to `SHIFT_CANCEL` of it),
+    with ``d`` at least `SHIFT_MIN` of it. Why: the engine loop stamps a step when it takes the
+    step's output; held for ``d`` (host work, a collection), it stamps step ``i`` late and the
+    steps behind it late too, until a stamp catches up. Seen on H200 in runs of 8k-token prefill
+    steps: Llama-3-70B fp8 stamped 850, 1,671, 859, 39, 860 ms (``lag`` 2: the middle interval
+    has both ends late, so it is right), its int4 twin 1,785, 3,544, 1,798, 1,799, 54 ms
+    (``lag`` 3) and DeepSeek-V3's shard 276, 398, 276, 142 ms. The GPU never idled (the sum over
+    the shift is the steps' time), so neither end's interval is its step's time;
+    `flag_early_stamps` catches the short end only where it is below the GPU's physical floor
+    (the 39 ms, not the 142). Like: same scenario, no step after an idle gap, all with prompt
+    tokens (within `LIKE_TOL`) or all decode-only (decode sequences and context within it). For
+    ``lag`` > 1 every step between the ends is like them and within `SHIFT_CANCEL` of the first
+    of them, the reference; for ``lag`` 1 the reference is the step before or after the pair.
+    A step already left out (``burst``, a submission burst's or a shift's) is neither an end
+    nor a reference. Runs before `flag_early_stamps`, which then also tags the step before a
+    short end."""
     tagged = 0
     n = len(rows)
     for i in range(n):
-        for lag in (1, 2):
+        for lag in range(1, SHIFT_MAX_LAG + 1):
             j = i + lag
             if j >= n or rows[i]["burst"] or rows[j]["burst"]:
                 continue
-            refs = (i + 1,) if lag == 2 else (i - 1, i + 2)
-            ref = next((rows[k] for k in refs if 0 <= k < n and _like_steps(rows, i, j, k)), None)
+            ref = _shift_reference(rows, i, j)
             if ref is not None and _shifted(rows[i]["dur_us"], ref["dur_us"], rows[j]["dur_us"]):
                 rows[i]["burst"] = rows[j]["burst"] = 4
                 tagged += 2
                 break
     return tagged
+
+
+def _shift_reference(rows: list[dict], i: int, j: int) -> dict | None:
+    """The reference step of a possible shift from step ``i`` to step ``j`` (see
+    `flag_shifted_stamps`), or None when there is none."""
+    if j - i == 1:
+        refs = [k for k in (i - 1, i + 2) if 0 <= k < len(rows)]
+        return next((rows[k] for k in refs if _like_steps(rows, i, j, k)), None)
+    between = range(i + 1, j)
+    if not _like_steps(rows, i, j, *between):
+        return None
+    ref = rows[i + 1]["dur_us"]
+    if any(abs(rows[k]["dur_us"] - ref) > SHIFT_CANCEL * ref for k in between):
+        return None
+    return rows[i + 1]
 
 
 def _shifted(long_us: float, ref_us: float, short_us: float) -> bool:

@@ -89,6 +89,13 @@ def test_a_stamp_shift_tags_its_long_and_short_ends():
     rows = _in_scenario([_row(t, pf=8192) for t in (850, 1671, 859, 39, 860)])
     assert vllm_table.flag_shifted_stamps(rows) == 2
     assert [r["burst"] for r in rows] == [0, 4, 0, 4, 0]
+    # lag 3 (Llama-3-70B int4): 1,785, 3,544, 1,798, 1,799, 54 ms; the middle two are like
+    rows = _in_scenario([_row(t, pf=8192) for t in (1785, 3544, 1798, 1799, 54, 1790)])
+    assert vllm_table.flag_shifted_stamps(rows) == 2
+    assert [r["burst"] for r in rows] == [0, 4, 0, 0, 4, 0]
+    # ... but not when a step between the ends is off the reference (its own time)
+    rows = _in_scenario([_row(t, pf=8192) for t in (1785, 3544, 1798, 2300, 54, 1790)])
+    assert vllm_table.flag_shifted_stamps(rows) == 0
     # lag 1: one stamp late by 4 ms (10 + 4, then 10 - 4); the reference is the step before
     rows = _in_scenario([_row(10.0, nd=64, ctx=64_000), _row(14.0, nd=64, ctx=64_064),
                          _row(6.2, nd=64, ctx=64_128), _row(10.0, nd=64, ctx=64_192)])  # fmt: skip
