@@ -52,3 +52,15 @@ def test_a_folder_without_tables_is_one_line_naming_it(tmp_path, capsys):
     assert err.startswith(f"servesim profile: error: {tmp_path}") and "no engine table" in err
     assert profile_main(["tables", str(tmp_path / "absent")]) == 2
     assert "expected a folder" in capsys.readouterr().err
+
+
+def test_percentages_print_one_way_in_every_report():
+    from profiles.report_fmt import pct
+
+    assert (pct(0.0534), pct(-0.0534, signed=True), pct(0.1, signed=True)) == (
+        "5.3%",
+        "-5.3%",
+        "+10.0%",
+    )
+    # a statistic over no steps: None or NaN, never "nan%"
+    assert (pct(None), pct(float("nan")), pct(None, missing="-")) == ("n/a", "n/a", "-")
