@@ -343,6 +343,9 @@ async def main_async(job: dict, out: Path) -> None:
     if seen:
         facts["routing_at_load"] = json.loads(seen[0].read_text())
     facts["env"] = env
+    # when this engine started: a table's meta.yaml says when it was recorded (`created_utc` is
+    # when the table was built, which a rebuild moves); a resumed run's last start
+    facts["engine_started_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     (out / "engine.json").write_text(json.dumps(facts, indent=1))
     print(json.dumps(facts), flush=True)
     vocab = model_cfg["vocab_size"]

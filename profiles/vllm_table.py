@@ -692,6 +692,10 @@ def routing_seen(seen: dict, spec: ModelSpec, skew: float) -> dict:
     }  # fmt: skip
 
 
+#: engine.json's start time (`profiles.vllm_run`)
+_STARTED = "engine_started_utc"
+
+
 def _meta(run_dir: Path, engine: dict, gpu_key: str, spec: ModelSpec, tp: int, m: dict) -> dict:
     """meta.yaml: what was run (engine, config, kernels) and what the build measured (``m``)."""
     return {
@@ -721,5 +725,7 @@ def _meta(run_dir: Path, engine: dict, gpu_key: str, spec: ModelSpec, tp: int, m
         "frontend": m["frontend"],
         "energy": m["energy"],
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        # when the engine ran (runs recorded before 2026-11-27 did not stamp it)
+        **({"recorded_utc": engine[_STARTED]} if _STARTED in engine else {}),
         "source": "servesim profile --engine vllm (profiles/vllm_run.py, profiles/vllm_grid.py)",
     }

@@ -3,7 +3,10 @@ checks that refuse a run which did not measure what it claims (no vLLM, no GPU n
 
 from __future__ import annotations
 
+import json
+
 import pytest
+import yaml
 
 from profiles import gpu_energy, vllm_table
 from profiles.hf_config import GPTQ_INT4, engine_precision, hf_config
@@ -274,6 +277,16 @@ def test_rebuilding_a_shipped_table_reproduces_it_and_refuses_another_precision(
     assert main([*args, *fp8, "--out", str(out), "--rebuild"]) == 0
     assert (out / "steps.csv").read_bytes() == (shipped / "steps.csv").read_bytes()
     assert (out / "energy.csv").read_bytes() == (shipped / "energy.csv").read_bytes()
+    # meta.yaml says when the engine ran where the run stamped it (a rebuild moves created_utc)
+    meta = yaml.safe_load((out / "meta.yaml").read_text())
+    assert "recorded_utc" not in meta and "routing" not in meta  # a dense model has no routers
+    engine = json.loads((out / "raw/engine.json").read_text())
+    (out / "raw/engine.json").write_text(
+        json.dumps({**engine, "engine_started_utc": "2026-11-27T08:00:00Z"})
+    )
+    assert main([*args, *fp8, "--out", str(out), "--rebuild"]) == 0
+    meta = yaml.safe_load((out / "meta.yaml").read_text())
+    assert meta["recorded_utc"] == "2026-11-27T08:00:00Z"
     capsys.readouterr()
     assert main([*args, "--out", str(out), "--rebuild"]) == 2
     err = capsys.readouterr().err
