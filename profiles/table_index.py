@@ -7,7 +7,10 @@ good each is should be computed, not copied into prose by hand (the README's tab
 it once said "all but seven" where eight tables missed). The ``spread`` column is vLLM against
 itself (`engine_steps.repeat_spread`: each timing of a composition timed three or more times
 against their median), the noise under which no step model can go on single intervals; ``-``
-where the table timed no composition three times.
+where the table timed no composition three times. ``stamps out`` is the share of the recorded
+steps left out of the fit and of the judge because their completion stamps were wrong
+(`profiles.vllm_table.flag_early_stamps`, `flag_shifted_stamps`): a reader should see how much
+cleaning a table's numbers stand on.
 
 Floor (issue 13 / 15): held-out median <= 5% and p95 <= 10% of whole-step time. No GPU needed.
 """
@@ -30,8 +33,8 @@ _cell = functools.partial(pct, missing="-")
 FLOOR_MEDIAN, FLOOR_P95 = 0.05, 0.10
 
 COLUMNS = (
-    "table", "steps", "median", "p95", "decode-only p95", "with-prefill p95", "spread p95",
-    "floor",
+    "table", "steps", "stamps out", "median", "p95", "decode-only p95", "with-prefill p95",
+    "spread p95", "floor",
 )  # fmt: skip
 
 
@@ -53,9 +56,16 @@ def table_row(table_dir: Path) -> dict:
         "decode_p95": h["decode_only"]["p95"],
         "prefill_p95": h["with_prefill"]["p95"],
         "spread_p95": spread["p95"] if spread.get("steps") else None,
+        "stamps_out": _stamps_out(m.meta.get("steps") or {}),
     }
     row["meets_floor"] = row["median"] <= FLOOR_MEDIAN and row["p95"] <= FLOOR_P95
     return row
+
+
+def _stamps_out(steps: dict) -> float | None:
+    """Share of recorded steps left out for wrong completion stamps (None: not counted)."""
+    out = steps.get("early_stamp_steps_left_out", 0) + steps.get("shifted_stamp_steps_left_out", 0)
+    return out / steps["recorded"] if steps.get("recorded") else None
 
 
 def format_rows(rows: list[dict]) -> str:
@@ -63,7 +73,8 @@ def format_rows(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
     for r in rows:
         cells = [
-            r["table"], f"{r['steps']:,}", _cell(r["median"]), _cell(r["p95"]),
+            r["table"], f"{r['steps']:,}", _cell(r.get("stamps_out")), _cell(r["median"]),
+            _cell(r["p95"]),
             _cell(r["decode_p95"]), _cell(r["prefill_p95"]), _cell(r["spread_p95"]),
             "met" if r["meets_floor"] else "**missed**",
         ]  # fmt: skip

@@ -5,6 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import yaml
+
 from profiles.cli import main as profile_main
 from profiles.table_index import engine_tables, format_rows, table_row
 from simulator.latency.engine_steps import EngineStepModel
@@ -36,6 +38,9 @@ def test_a_row_is_the_tables_own_heldout_report(tmp_path):
     assert row["prefill_p95"] == h["with_prefill"]["p95"]
     assert row["spread_p95"] is None  # one pass: no composition timed three times
     assert row["meets_floor"] is (row["median"] <= 0.05 and row["p95"] <= 0.10)
+    steps = yaml.safe_load((dest / "meta.yaml").read_text())["steps"]
+    left_out = steps["early_stamp_steps_left_out"] + steps["shifted_stamp_steps_left_out"]
+    assert row["stamps_out"] == left_out / steps["recorded"]
 
 
 def test_the_floor_is_median_5_and_p95_10_percent_inclusive():
