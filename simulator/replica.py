@@ -11,10 +11,12 @@ Decode runs. When a policy returns a decode-only plan and step times can be prec
 replica computes the run of identical decode steps that would follow (until the next arrival, the
 next finish, a KV-growth risk, or the policy's wake time), waits once for the whole run, and
 commits the sub-steps afterwards. Each sub-step is still recorded as one step with its own time.
-Anyone outside the process who reads or changes this replica (an arrival, a router, a KV
-transfer) calls `sync()` first, which commits every sub-step that has ended, and `add_request()`
-cuts the run after the sub-step in progress. Results are therefore identical with
-``coalesce=False`` (tests check this); only the wall-clock cost differs.
+Anyone outside the process who reads or changes this replica (a router, a KV transfer) calls
+`sync()` first, which commits every sub-step that has ended, and `add_request()` cuts the run
+after the sub-step in progress. An arrival, which only lengthens ``waiting``, leaves the ended
+sub-steps to the run's next commit, which counts it only in the rows of those that end after it
+(`_defer_commit`). Results are therefore identical with ``coalesce=False`` (tests check this);
+only the wall-clock cost differs.
 """
 
 from __future__ import annotations
