@@ -114,9 +114,9 @@ class Replica:
         #: an arrival's commit may wait for the run's next commit (`add_request`): no callback
         #: would see a finish late
         self._defer_ok = self.coalesce and on_finish is None and on_prefilled is None
-        #: sub-steps of the run before this index ended before the last arrival, which is not
-        #: yet committed: their rows count one request fewer waiting (-1: no such arrival)
-        self._arrived_at = -1
+        #: time of the last arrival whose commit is deferred (-inf: none): the rows of the
+        #: run's sub-steps that ended by then count one request fewer waiting
+        self._arrived_s = -math.inf
         self._proc = env.process(self._loop())
 
     # -- what policies call ---------------------------------------------------------------------
@@ -205,7 +205,7 @@ class Replica:
     def _defer_commit(self) -> None:
         """`sync` for an arrival (about to join ``waiting``), done later: the sub-steps ended by
         now are committed with the run's next commit, their rows counting one request fewer
-        waiting (`_arrived_at`), as if committed now.
+        waiting (those that end by `_arrived_s`), as if committed now.
 
         Why: at one replica nearly every run ends with the sub-step an arrival lands in, so the
         arrival's commit and the run end's were two `_commit_decodes` calls a run (0.86 a
@@ -213,11 +213,11 @@ class Replica:
         and that commit nothing but ``waiting``'s length is read or changed by anyone: every
         other observer calls `sync` first (which commits with the same rule), and no callback
         observes a finish (``_defer_ok``). A second arrival before that commit commits the
-        first one's share first."""
-        i = self._ended()
-        if self._arrived_at >= 0 and i > self._run_next:
-            self._commit_decodes(i)
-        self._arrived_at = i
+        first one's share first. The arrival does not even read the run (at 64 replicas it is
+        cold): the commit finds those sub-steps by their ends, `_cut_run` by the last start."""
+        if self._arrived_s != -math.inf:
+            self.sync()
+        self._arrived_s = self.env.now
 
     @property
     def num_outstanding(self) -> int:
@@ -352,8 +352,8 @@ class Replica:
     def _commit_decodes(self, stop: int) -> None:
         """Commit precomputed decode sub-steps ``_run_next .. stop - 1`` of the run, each as one
         step row; after each but the run's last, allocate the KV growth of the next one (the
-        run's KV bound guarantees it fits). Sub-steps that ended before a deferred arrival
-        (`_defer_commit`; ``stop`` is at least its index) count one request fewer waiting.
+        run's KV bound guarantees it fits). Sub-steps that ended by a deferred arrival's time
+        (`_defer_commit`; ``stop`` is past them all) count one request fewer waiting.
 
         A sub-step on which nobody finishes (all but the last of a run, as a rule) is
         committed inline: ``clock += 1`` and the ITL gaps, what `_advance_decode` does for it;
@@ -369,22 +369,17 @@ class Replica:
         # queue and batch sizes change only where `_advance_decode` runs (a finish)
         n, nw, nr = len(members), len(waiting), len(running)
         busy = self.busy_s
-        early, self._arrived_at = self._arrived_at, -1  # the deferred arrival's index, if any
-        if early > self._run_next:
-            nw -= 1
-        else:
-            early = -1
+        arrived, self._arrived_s = self._arrived_s, -math.inf  # a deferred arrival's time
         for i in range(self._run_next, stop):
-            if i == early:  # the first sub-step that ended after the deferred arrival
-                nw += 1
             start, dt, ctx, kv_tokens = run[i]
             busy += dt
-            log((start, dt, 0, 0.0, 0, n, ctx, kv.num_used_blocks, nw, nr, kv_tokens))
             end = start + dt
+            log((start, dt, 0, 0.0, 0, n, ctx, kv.num_used_blocks, nw - (end <= arrived), nr,
+                 kv_tokens))  # fmt: skip
             clock = d.clock + 1
             if not n or (fin and fin[0][0] <= clock):
                 advance(end)
-                n, nw, nr = len(members), len(waiting) - (i < early), len(running)
+                n, nw, nr = len(members), len(waiting), len(running)
             else:  # `_advance_decode` when nobody finishes
                 d.clock = clock
                 if joined:
@@ -590,12 +585,12 @@ class Replica:
 
     def _cut_run(self) -> None:
         """Drop precomputed sub-steps after the one in progress (the state is about to change).
-        Called right after `sync` or `_defer_commit`, so the one in progress is the first not
-        committed or the deferred arrival's."""
+        Nothing to drop (the usual case: runs end at the next arrival) when the last one has
+        started by now: sub-step ``i + 1`` starts at sub-step ``i``'s end, the same float."""
         run = self._run
-        if run is None:
+        if run is None or run[-1][0] <= self.env.now:
             return
-        keep = max(self._run_next, self._arrived_at) + 1
+        keep = self._ended() + 1
         if keep < len(run):
             del run[keep:]
             self._proc.interrupt()

@@ -10,6 +10,8 @@ preempt, several replicas under routers that do and do not `sync` first, and run
 horizon (the runner's `sync`).
 """
 
+import math
+
 import numpy as np
 import pytest
 
@@ -36,7 +38,7 @@ def _run(monkeypatch, specs, coalesce, **kw):
     defer = Replica._defer_commit
 
     def counting(self):
-        seconds[0] += self._arrived_at >= 0
+        seconds[0] += self._arrived_s != -math.inf
         defer(self)
 
     monkeypatch.setattr(Replica, "_defer_commit", counting)
@@ -81,4 +83,24 @@ def test_clumped_arrivals_stopped_at_a_horizon(monkeypatch, until):
     specs = _clumps(800, 9)
     a, ra, _ = _run(monkeypatch, specs, False, until=until)
     b, rb, _ = _run(monkeypatch, specs, True, until=until)
+    _same(a, ra, b, rb)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_arrivals_on_sub_step_ends(seed):
+    """Steps of a constant 1/4 s and arrivals on multiples of it: an arrival lands exactly at a
+    sub-step's end, which counts as ended by then (its row does not count the arrival), as the
+    arrival's own `sync` had it. Compared with that path (``_defer_ok`` off), not with
+    ``coalesce=False``: at such an exact tie the step-by-step loop's row counts the arrival when
+    SimPy happens to run the arrival first (so it did before this change too)."""
+    from simulator.latency.constant import ConstantLatencyModel
+
+    rng = np.random.default_rng(seed)
+    ticks = np.cumsum(rng.integers(0, 4, 400))
+    specs = [spec(0.25 * int(k), int(rng.integers(10, 300)), int(rng.integers(1, 40)))
+             for k in ticks]  # fmt: skip
+    kw = dict(latency=ConstantLatencyModel(0.25))
+    _, ra, a = run(specs, wrap=lambda rep: setattr(rep, "_defer_ok", False), **kw)
+    _, rb, b = run(specs, **kw)
+    assert not ra[0]._defer_ok and rb[0]._defer_ok
     _same(a, ra, b, rb)
