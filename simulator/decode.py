@@ -254,11 +254,23 @@ class DecodeSet:
                 req.kv_blocks = (key + req._dbase) // unit
 
     def pop_due_growth(self) -> list[Request]:
-        """Members whose next decode step writes past their KV capacity (must allocate first)."""
-        due = []
-        for key in self._due_keys():
-            due += self._take_bucket(key)
-        return due
+        """Members whose next decode step writes past their KV capacity (must allocate first).
+
+        Cost: when growth was checked at the clock before (``_low == clock``), one dict pop and
+        no list built (the bucket's own member list is handed out; the bucket is gone)."""
+        clock, low = self.clock, self._low
+        if low != clock:  # nothing due (checked already), or keys below the clock
+            due = []
+            if low < clock:
+                for key in self._due_keys():
+                    due += self._take_bucket(key)
+            return due
+        self._low = clock + 1
+        bucket = self._grow_at.pop(clock, None)
+        if bucket is None:
+            return []
+        self._leave(clock, bucket.members)
+        return bucket.members
 
     def grow_due_grouped(self, extend_group, unit: int) -> list[Request]:
         """Give every member due for KV growth one more unit at once, or hand them back.

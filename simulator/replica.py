@@ -374,8 +374,8 @@ class Replica:
             start, dt, ctx, kv_tokens = run[i]
             busy += dt
             end = start + dt
-            log((start, dt, 0, 0.0, 0, n, ctx, kv.num_used_blocks, nw - (end <= arrived), nr,
-                 kv_tokens))  # fmt: skip
+            log((start, dt, 0, 0.0, 0, n, ctx, kv.num_used_blocks,
+                 nw if end > arrived else nw - 1, nr, kv_tokens))  # fmt: skip
             clock = d.clock + 1
             if not n or (fin and fin[0][0] <= clock):
                 advance(end)
