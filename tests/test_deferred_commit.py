@@ -104,3 +104,28 @@ def test_arrivals_on_sub_step_ends(seed):
     _, rb, b = run(specs, **kw)
     assert not ra[0]._defer_ok and rb[0]._defer_ok
     _same(a, ra, b, rb)
+
+
+@pytest.mark.parametrize("policy", ["continuous", "chunked_prefill"])
+def test_arrivals_cut_runs_planned_past_them(monkeypatch, policy):
+    """Runs planned without knowing the next arrival (the horizon at infinity), so an arrival
+    lands mid-run and cuts it after the sub-step in progress, the first not ended, which the
+    deferred commit has not reached: `_cut_run` finds it by the ends, not by what is
+    committed."""
+    from simulator.cluster import Cluster
+
+    specs = _clumps(1000, 11)
+    a, ra, _ = _run(monkeypatch, specs, False, policy=policy)
+    monkeypatch.setattr(Cluster, "_next_arrival_for", lambda self, position: math.inf)
+    cuts = [0]
+    cut = Replica._cut_run
+
+    def counting(self):
+        run = self._run
+        cuts[0] += run is not None and run[-1][0] > self.env.now
+        cut(self)
+
+    monkeypatch.setattr(Replica, "_cut_run", counting)
+    _, rb, b = run(specs, policy=policy, latency=LongestAwareLatency())
+    _same(a, ra, b, rb)
+    assert cuts[0] > 100
