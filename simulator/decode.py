@@ -9,9 +9,9 @@ caps a simulator at a few thousand requests per second. Instead, the set keeps o
 
 and a decode step is ``clock += 1`` plus work only for the members that finish or need a new KV
 block on that step, found by the clock value at which that happens: a heap for finishes, and
-for KV growth buckets (clock value -> members) with a heap of the bucket keys, because growth is
-the most frequent event (one per member per block) and members that joined at the same offset
-modulo the block size share a key.
+for KV growth buckets (clock value -> members) looked up by the clock itself, because growth is
+the most frequent event (one per member per block), members that joined at the same offset
+modulo the block size share a key, and growth is checked at every clock value the set passes.
 The sum of context lengths (what the latency model needs) is ``n * (clock + 1) + sum(_dbase)``,
 and the longest is ``clock + 1 + max(_dbase)``, kept by a third heap (a member's ``_dbase`` never
 changes while it is a member).
@@ -23,9 +23,11 @@ Invariants:
 * growth buckets (`_GrowthBucket`) hold only members, each in id order; a member is in at most
   one, the one its ``_gbucket`` names (none while its growth is being handed out), and its next
   growth is due at that bucket's ``key`` (``Request._grow_clock``); removal takes it out at once;
-* every key of ``_grow_at`` is in ``_grow_keys`` exactly once (a bucket may be empty); growth
-  is handed out in the order (key, request id), as the single heap of (key, id, request)
-  entries did;
+* every key of ``_grow_at`` is ``>= _low`` (a bucket may be empty), so the growth due at clock
+  ``c`` (every bucket with key ``<= c``) is the bucket at ``c`` alone when ``_low == c``: the
+  usual case, since growth is checked before every decode step and a check at ``c`` leaves
+  ``_low = c + 1`` (a key filed below it lowers it); growth is handed out in the order (key,
+  request id), as the single heap of (key, id, request) entries did;
 * ``sum_dbase == sum(m._dbase for m in members)``;
 * counting mode (``count_unit`` set: the allocator is the counting `PagedAllocator`, whose
   members' block counts live in their buckets): a member in a bucket holds
@@ -66,7 +68,7 @@ class _GrowthBucket:
 
 class DecodeSet:
     __slots__ = (
-        "clock", "members", "sum_dbase", "_fin", "_grow_at", "_grow_keys", "_longest", "joined",
+        "clock", "members", "sum_dbase", "_fin", "_grow_at", "_low", "_longest", "joined",
         "last_step_end", "window", "_sat_keys", "_sat", "_sat_dsum", "count_unit",
     )  # fmt: skip
 
@@ -91,7 +93,8 @@ class DecodeSet:
         self._fin: list[tuple[int, int, Request]] = []
         #: clock value -> the bucket of members due for KV growth at it (id order)
         self._grow_at: dict[int, _GrowthBucket] = {}
-        self._grow_keys: list[int] = []  # heap of _grow_at's keys
+        #: a lower bound on ``_grow_at``'s keys: growth checked up to ``_low - 1`` (`_due_keys`)
+        self._low = 0
         self._longest: list[tuple[int, int, Request]] = []
         #: members that joined since the last decode step (their previous token time differs)
         self.joined: list[Request] = []
@@ -166,7 +169,8 @@ class DecodeSet:
         bucket = self._grow_at.get(key)
         if bucket is None:
             self._grow_at[key] = req._gbucket = _GrowthBucket(key, [req])
-            heapq.heappush(self._grow_keys, key)
+            if key < self._low:
+                self._low = key
             return
         req._gbucket = bucket
         members = bucket.members
@@ -218,10 +222,21 @@ class DecodeSet:
             heapq.heappop(heap)
         return 0
 
+    def _due_keys(self) -> list[int]:
+        """The keys of the buckets due at the clock (``<= clock``), smallest first, and every
+        key now above the clock (``_low = clock + 1``): the caller takes those buckets, and
+        whatever it files again at or below the clock lowers ``_low`` (`_file`, `_refile`)."""
+        clock, low = self.clock, self._low
+        if low > clock:
+            return []
+        self._low = clock + 1
+        if low == clock:
+            return [clock] if clock in self._grow_at else []
+        return sorted([k for k in self._grow_at if k <= clock])
+
     def _take_bucket(self, key: int) -> list[Request]:
-        """Remove bucket ``key`` (the smallest key); return its members (id order), each out of
-        every bucket now (``_gbucket = None``)."""
-        heapq.heappop(self._grow_keys)
+        """Remove bucket ``key``; return its members (id order), each out of every bucket now
+        (``_gbucket = None``)."""
         members = self._grow_at.pop(key).members
         self._leave(key, members)
         return members
@@ -239,11 +254,23 @@ class DecodeSet:
                 req.kv_blocks = (key + req._dbase) // unit
 
     def pop_due_growth(self) -> list[Request]:
-        """Members whose next decode step writes past their KV capacity (must allocate first)."""
-        keys, clock, due = self._grow_keys, self.clock, []
-        while keys and keys[0] <= clock:
-            due += self._take_bucket(keys[0])
-        return due
+        """Members whose next decode step writes past their KV capacity (must allocate first).
+
+        Cost: when growth was checked at the clock before (``_low == clock``), one dict pop and
+        no list built (the bucket's own member list is handed out; the bucket is gone)."""
+        clock, low = self.clock, self._low
+        if low != clock:  # nothing due (checked already), or keys below the clock
+            due = []
+            if low < clock:
+                for key in self._due_keys():
+                    due += self._take_bucket(key)
+            return due
+        self._low = clock + 1
+        bucket = self._grow_at.pop(clock, None)
+        if bucket is None:
+            return []
+        self._leave(clock, bucket.members)
+        return bucket.members
 
     def grow_due_grouped(self, extend_group, unit: int) -> list[Request]:
         """Give every member due for KV growth one more unit at once, or hand them back.
@@ -261,34 +288,34 @@ class DecodeSet:
         allocator does: the moved bucket is the members' new block count).
         Needs: a member's KV changes only through these growth calls (so its key is
         ``capacity - _dbase``).
+        Cost: when growth was checked at the clock before (``_low == clock``) one dict pop and,
+        on success, one dict store (the bucket moves to ``clock + unit``, above every key).
         """
-        keys, clock, grow_at = self._grow_keys, self.clock, self._grow_at
-        if not keys or keys[0] > clock:
+        clock = self.clock
+        if self._low != clock:  # nothing due (checked already), or keys below the clock
+            return [] if self._low > clock else self._grow_due_buckets(extend_group, unit)
+        self._low = clock + 1
+        bucket = self._grow_at.pop(clock, None)
+        if bucket is None or not bucket.members:
             return []
-        bucket = grow_at.pop(heapq.heappop(keys))
-        if keys and keys[0] <= clock:  # rare: more than one bucket due (after a put-back)
-            return self._grow_due_buckets(bucket, extend_group, unit)
         members = bucket.members
-        if not members:
-            return []
         if extend_group(members):
-            key = bucket.key + unit
+            key = clock + unit
+            grow_at = self._grow_at
             if key in grow_at:
                 self._refile(bucket, key)
             else:  # `_refile` when no bucket is at ``key`` (the usual case), inline
                 bucket.key = key
-                heapq.heappush(keys, key)
                 grow_at[key] = bucket
             return []
-        self._leave(bucket.key, members)
+        self._leave(clock, members)
         return members
 
-    def _grow_due_buckets(self, first: _GrowthBucket, extend_group, unit: int) -> list[Request]:
-        """`grow_due_grouped` when several buckets are due: ``first`` (taken) and the rest."""
-        keys, clock, grow_at = self._grow_keys, self.clock, self._grow_at
-        buckets = [first]
-        while keys and keys[0] <= clock:
-            buckets.append(grow_at.pop(heapq.heappop(keys)))
+    def _grow_due_buckets(self, extend_group, unit: int) -> list[Request]:
+        """`grow_due_grouped` when keys below the clock may be due (after a put-back or a
+        skipped check): every due bucket, smallest key first."""
+        grow_at = self._grow_at
+        buckets = [grow_at.pop(key) for key in self._due_keys()]
         due = [req for b in buckets for req in b.members]
         if not due:
             return []
@@ -309,8 +336,8 @@ class DecodeSet:
         other = grow_at.get(key)
         bucket.key = key
         if other is None or not other.members:
-            if other is None:
-                heapq.heappush(self._grow_keys, key)
+            if key < self._low:
+                self._low = key
             grow_at[key] = bucket
             return
         a, b = bucket.members, other.members
@@ -405,14 +432,8 @@ class DecodeSet:
             heapq.heappop(heap)
 
     def next_growth_clock(self) -> int | None:
-        keys = self._grow_keys
-        while keys:
-            key = keys[0]
-            if self._grow_at[key].members:
-                return key
-            heapq.heappop(keys)
-            del self._grow_at[key]
-        return None
+        """The smallest key of a bucket with members (None: none). A scan: not on a hot path."""
+        return min((k for k, b in self._grow_at.items() if b.members), default=None)
 
     # -- advancing -----------------------------------------------------------------------------
     def advance(self) -> list[Request]:
