@@ -73,9 +73,9 @@ def format_rows(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
     for r in rows:
         cells = [
-            r["table"], f"{r['steps']:,}", _cell(r.get("stamps_out")), _cell(r["median"]),
-            _cell(r["p95"]),
-            _cell(r["decode_p95"]), _cell(r["prefill_p95"]), _cell(r["spread_p95"]),
+            r["table"], f"{r['steps']:,}", _cell(r.get("stamps_out")),
+            _cell(r["median"]), _cell(r["p95"]), _cell(r["decode_p95"]), _cell(r["prefill_p95"]),
+            _cell(r["spread_p95"]),
             "met" if r["meets_floor"] else "**missed**",
         ]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")

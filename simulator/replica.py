@@ -72,15 +72,14 @@ class Replica:
                 decode_run_times, executor.step_time
             )
         self.next_external_s = next_external_s or (lambda: math.inf)
+        #: commits may lag the sub-steps they record: coalesced runs, and no callback that
+        #: would see a finish late (P/D's `on_finish` / `on_prefilled`)
+        self._defer_ok = self.coalesce and on_finish is None and on_prefilled is None
         #: decode runs may go on past a member's finish (`_plan_past_finishes`): the policy
         #: says its plan after a finish is the decode of the rest when nothing else is queued
-        #: or running, and no callback observes a finish (they would see it late)
+        #: or running (and no sliding-window reads, which `_plan_read_run` plans step by step)
         self._past_finish = (
-            self.coalesce
-            and policy.decodes_past_finish
-            and on_finish is None
-            and on_prefilled is None
-            and getattr(kv, "reads", None) is None
+            self._defer_ok and policy.decodes_past_finish and getattr(kv, "reads", None) is None
         )
         self.on_finish = on_finish
         #: P/D disaggregation: called (instead of joining the decode set) when a request emits its
@@ -111,11 +110,9 @@ class Replica:
         self._wake: simpy.Event | None = None
         self._run: list[tuple[float, float, int]] | None = None  # (start, duration, decode_ctx)
         self._run_next = 0
-        #: an arrival's commit may wait for the run's next commit (`add_request`): no callback
-        #: would see a finish late
-        self._defer_ok = self.coalesce and on_finish is None and on_prefilled is None
-        #: time of the last arrival whose commit is deferred (-inf: none): the rows of the
-        #: run's sub-steps that ended by then count one request fewer waiting
+        #: time of the last arrival whose commit waits for the run's next one (`add_request`,
+        #: when ``_defer_ok``; -inf: none): the rows of the run's sub-steps that ended by then
+        #: count one request fewer waiting
         self._arrived_s = -math.inf
         self._proc = env.process(self._loop())
 
