@@ -46,10 +46,11 @@ def cross_run(run_raw: Path, table: Path, model: str, gpu: str, served_bf16: boo
             (raw / "engine.json").write_text(json.dumps(facts))
         facts = json.loads((raw / "engine.json").read_text())
         precision = facts.get("precision") or {}  # runs before precision was recorded: bf16
+        tp = int((facts.get("job") or {}).get("tp", 1))  # the layout the run served
         spec = load_model({"base": model, **precision}, str(raw / "engine.json"), "precision")
-        build_table(raw, Path(tmp), gpu, spec, 1)
-        other = EngineStepModel(tmp, model, 1)
-        shipped = EngineStepModel(table, model, 1)
+        build_table(raw, Path(tmp), gpu, spec, tp)
+        other = EngineStepModel(tmp, model, tp)
+        shipped = EngineStepModel(table, model, tp)
         rows = [r for r in other.rows if _usable(r)]
         return {
             "table on every usable step of the other run": error_summary(shipped, rows),

@@ -56,6 +56,8 @@ REPEATS = (
            "h100_llama-3-8b_3pass/real/h100_llama-3-8b"),
     Repeat("h100/qwen2.5-7b", "two H100s", "real/h100_qwen2.5-7b",
            "serving_repeats/h100_qwen2.5-7b_earlier_host"),
+    Repeat("h200/qwen3-30b-a3b-tp2", "two 2x H200 hosts (five cases)",
+           "real/h200_qwen3-30b-a3b_tp2", "serving_repeats/h200_qwen3-30b-a3b_tp2_host2"),
 )  # fmt: skip
 
 

@@ -106,7 +106,8 @@ PAIRS = (
     Pair("h100", "deepseek-v2-lite", load=1.8),
     # MoE + alternating sliding windows + sinks; bf16 experts; its table is an H100's
     Pair("h100", "gpt-oss-20b", load=1.6),
-    # TP2 of the MoE on 2x H200 (31.7 req/s saturated on its TP2 table, 2026-11-27)
+    # TP2 of the MoE on 2x H200 (31.7 req/s saturated on its first TP2 table, 2026-11-27); the
+    # table and the replay re-recorded on one host the same day (README, "A third 2x H200 host")
     Pair("h200", "qwen3-30b-a3b", 2, load=1.55),
 )  # fmt: skip
 #: profiling runs without a replay: (job name, served model, tp)
