@@ -33,6 +33,7 @@ from profiles.gpu_energy import energy_between, read_energy
 from profiles.vllm_contexts import decode_contexts
 from profiles.vllm_run import read_partial
 from profiles.vllm_steps import read_steps, record_key
+from simulator.energy import ENERGY_COLUMNS, EXPERT_TERM, ExpertReads
 from simulator.errors import ConfigError
 from simulator.hardware import load_gpu
 from simulator.latency.base import chunk_attn_pairs
@@ -391,9 +392,12 @@ def _busy_input_s(bounds: list[tuple[float, float]]) -> tuple[float, int]:
     return (min(good) + max(good)) / 2, best
 
 
-def scenario_energy(phase: dict, rows: list[dict], record: dict) -> list[dict]:
+def scenario_energy(
+    phase: dict, rows: list[dict], record: dict, experts: ExpertReads | None = None
+) -> list[dict]:
     """Per profiling scenario: the GPUs' energy over its window and the sums of its steps'
-    features (what `simulator.energy` fits joules on). Scenarios the readings do not cover are
+    features (what `simulator.energy` fits joules on; with ``experts``, a mixture of experts'
+    expert reads too, counted as a run's steps are). Scenarios the readings do not cover are
     left out. Every step of the window counts here, burst steps too: they drew power."""
     by_sc: dict[str, list[dict]] = {}
     for r in rows:
@@ -417,27 +421,34 @@ def scenario_energy(phase: dict, rows: list[dict], record: dict) -> list[dict]:
                 "prefill_attn": round(sum(r["prefill_attn"] for r in rs), 1),
             }
         )
+        if experts is not None:
+            tokens = np.array([r["prefill_tokens"] + r["decode_seqs"] for r in rs])
+            out[-1][EXPERT_TERM] = round(float(experts.per_step(tokens).sum()), 3)
     return out
 
 
-ENERGY_COLUMNS = (
-    "scenario", "split", "window_s", "joules", "busy_s", "steps", "tokens", "decode_ctx",
-    "prefill_attn",
-)  # fmt: skip
+def _expert_reads(spec: ModelSpec) -> ExpertReads | None:
+    """How the table's expert reads are counted: its model's router, at the skew it was
+    recorded with (None for a dense model)."""
+    moe = spec.moe
+    return None if moe is None else ExpertReads(moe.num_experts, moe.top_k, moe.routing_skew)
 
 
-def _write_energy(run_dir: Path, out_dir: Path, phase: dict, rows: list[dict]) -> dict | None:
+def _write_energy(
+    run_dir: Path, out_dir: Path, phase: dict, rows: list[dict], spec: ModelSpec
+) -> dict | None:
     """``energy.csv`` and the meta's ``energy`` section, or None (and no file) without readings."""
     record = read_energy(run_dir)
     if record is None:
         return None
     idle = record.get("idle_window")
     idle_j = energy_between(record, *idle) if idle else None
-    per_sc = scenario_energy(phase, rows, record)
+    experts = _expert_reads(spec)
+    per_sc = scenario_energy(phase, rows, record, experts)
     if idle_j is None or not per_sc:
         return None
     with open(out_dir / "energy.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=ENERGY_COLUMNS)
+        w = csv.DictWriter(f, fieldnames=ENERGY_COLUMNS + ((EXPERT_TERM,) if experts else ()))
         w.writeheader()
         w.writerows(per_sc)
     return {
@@ -446,6 +457,8 @@ def _write_energy(run_dir: Path, out_dir: Path, phase: dict, rows: list[dict]) -
         "gpus": len(record["mj"][0]) if record["mj"] else 0,
         "counter_refresh_s": 0.1,
         "scenarios": len(per_sc),
+        # how energy.csv's expert_reads column is counted (`simulator.energy.ExpertReads`)
+        **({"experts": experts.describe()} if experts else {}),
     }
 
 
@@ -567,7 +580,7 @@ def build_table(
     measured = {
         "precision": precision,
         "weights_loaded_gib_per_gpu": loaded_gib,
-        "energy": _write_energy(run_dir, out_dir, phase, rows),
+        "energy": _write_energy(run_dir, out_dir, phase, rows, spec),
         "frontend": frontend,
         "steps": {
             "recorded": len(rows) + dropped + unresolved,

@@ -20,14 +20,18 @@ import yaml
 from simulator.energy import (
     BUSY_TERMS,
     ENERGY_COLUMNS,
+    EXPERT_TERM,
     JOULES_PER_KWH,
+    ExpertReads,
     MeasuredStepEnergy,
     TdpStepEnergy,
     read_energy_csv,
+    step_totals,
 )
 from simulator.errors import ConfigError
 from simulator.latency.engine_steps import EngineStepModel
 from simulator.runner import build, simulate
+from simulator.served import expected_experts_touched
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = yaml.safe_load((REPO / "tests" / "bad_inputs" / "base.yaml").read_text())
@@ -270,3 +274,79 @@ def test_shipped_h200_table_predicts_held_out_energy_within_a_few_percent():
         pytest.skip("table without energy readings")
     ho = EngineStepModel(d, "llama-3-8b", 1).heldout()["energy"]
     assert ho["scenarios"] >= 5 and ho["median"] <= 0.05 and ho["p95"] <= 0.10
+
+
+# ---- a mixture of experts: expert reads -----------------------------------------------------
+
+
+def test_expert_reads_per_step_by_hand():
+    """Uniform routing, 4 experts top-2: a token picks each expert with probability 1/2, so T
+    tokens touch 4 (1 - 2^-T): 0, 2, 3, 3.5; with a skew, the sum over experts of
+    1 - (1 - p_i)^T, as `expected_experts_touched` says for one step."""
+    uniform = ExpertReads(4, 2)
+    np.testing.assert_array_equal(uniform.per_step(np.array([0, 1, 2, 3])), [0.0, 2.0, 3.0, 3.5])
+    skewed = ExpertReads(128, 8, 0.6)
+    tokens = np.array([0, 1, 8, 1, 300, 8])
+    want = [expected_experts_touched(128, 8, t, 0.6) for t in tokens]
+    np.testing.assert_allclose(skewed.per_step(tokens), want, rtol=1e-12)
+    assert skewed.per_step(np.array([8]))[0] < ExpertReads(128, 8).per_step(np.array([8]))[0]
+
+
+def _expert_scenarios(f: float) -> list[dict]:
+    """`_scenarios` with an ``expert_reads`` column that grows sublinearly with steps (as
+    touched experts saturate), and joules with ``f`` J per expert read on top of the law."""
+    rows = _scenarios(_known_law)
+    for i, r in enumerate(rows):
+        r["expert_reads"] = r["steps"] * (4.0 + 60.0 * (1 - 0.8 ** (i + 1)))
+        if r["window_s"] >= 0.5:
+            r["joules"] += f * r["expert_reads"]
+    return rows
+
+
+def _write_expert_csv(path: Path, rows: list[dict]) -> Path:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=ENERGY_COLUMNS + (EXPERT_TERM,))
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def test_expert_reads_term_is_fitted_and_charged_per_expert_touched(tmp_path):
+    f = 0.05
+    rows = read_energy_csv(_write_expert_csv(tmp_path / "energy.csv", _expert_scenarios(f)))
+    experts = ExpertReads(4, 2)
+    m = MeasuredStepEnergy(rows, IDLE_W, 1, "moe", "energy.csv", experts=experts)
+    np.testing.assert_allclose(m.coef, (*COEF, f), rtol=1e-6)
+    assert m.describe()["coefficients"]["per_expert_read_j"] == pytest.approx(f)
+    # a run's totals count its steps' expert reads as the table's build does
+    steps = {
+        "duration_s": np.array([0.01, 0.02, 0.03]),
+        "prefill_tokens": np.array([0, 2, 0]),
+        "decode_seqs": np.array([1, 0, 3]),
+        "decode_ctx": np.array([100, 0, 300]),
+        "prefill_attn": np.array([0.0, 3.0, 0.0]),
+    }
+    totals = step_totals(steps, experts)
+    assert totals["expert_reads"] == pytest.approx(2.0 + 3.0 + 3.5)
+    law = sum(c * totals[k] for c, k in zip((*COEF, f), m.terms, strict=True))
+    assert m.joules(totals, 1.0)["busy"] == pytest.approx(law, rel=1e-6)
+    assert "expert_reads" not in step_totals(steps)
+
+
+def test_expert_reads_column_and_meta_must_agree(tmp_path):
+    with_col = read_energy_csv(_write_expert_csv(tmp_path / "a.csv", _expert_scenarios(0.05)))
+    without = read_energy_csv(_write_csv(tmp_path / "b.csv", _scenarios(_known_law)))
+    with pytest.raises(ConfigError, match="expert_reads column without meta.yaml"):
+        MeasuredStepEnergy(with_col, IDLE_W, 1, "moe", "a.csv")
+    with pytest.raises(ConfigError, match="no expert_reads column"):
+        MeasuredStepEnergy(without, IDLE_W, 1, "moe", "b.csv", experts=ExpertReads(4, 2))
+
+
+def test_a_shipped_moe_table_counts_expert_reads():
+    """Qwen3-30B-A3B's table: meta.yaml says how its expert reads were counted (its 128
+    experts, top 8, uniform), and the law has the term; a dense table's has not."""
+    moe = EngineStepModel(REPO / "profiles/h200/vllm-0.24/qwen3-30b-a3b_tp1", "qwen3-30b-a3b", 1)
+    assert moe.energy.experts == ExpertReads(128, 8, 0.0)
+    assert moe.energy.terms[-1] == "expert_reads"
+    dense = EngineStepModel(REPO / "profiles/h200/vllm-0.24/llama-3-8b_tp1", "llama-3-8b", 1)
+    assert dense.energy.experts is None and dense.energy.terms == BUSY_TERMS
