@@ -33,7 +33,7 @@ from simulator.decode import DecodeSet
 from simulator.executor import StepExecutor
 from simulator.latency.base import decode_run_times
 from simulator.plan import StepPlan
-from simulator.request import Request, Status
+from simulator.request import FINISHED, RUNNING, WAITING, Request, Status
 from simulator.steplog import CHUNK, StepLog
 
 _MAX_RUN = 512  # longest precomputed decode run (bounds wasted work when a run is cut)
@@ -119,7 +119,7 @@ class Replica:
     # -- what policies call ---------------------------------------------------------------------
     def admit(self, req: Request, now: float) -> None:
         """Move a request the policy took from ``waiting`` into ``running``."""
-        req.status = Status.RUNNING
+        req.status = RUNNING
         self.running[req.id] = req
         if req.first_scheduled_s is None:
             req.first_scheduled_s = now
@@ -165,7 +165,7 @@ class Replica:
             self._cut_run()
         else:
             self.poke()
-        req.status = Status.WAITING
+        req.status = WAITING
         req.replica = self.index
         req.queued_s = self.env.now
         self.waiting.append(req)
@@ -442,7 +442,7 @@ class Replica:
             self.decoding.add(req, self.kv.capacity(req))
 
     def _finish(self, req: Request, end: float) -> None:
-        req.status = Status.FINISHED
+        req.status = FINISHED
         req.finish_s = end
         self.kv.free(req)
         del self.running[req.id]

@@ -27,6 +27,12 @@ class Status(IntEnum):
     REJECTED = 4
 
 
+# The members the hot path sets or tests about once a request (arrival, admission, finish, the
+# request log's sweep), as module names: ``Status.RUNNING`` is an attribute lookup on the enum
+# class that CPython 3.11 does not specialise (~50 ns), a module global ~2 ns. Same objects.
+WAITING, RUNNING, FINISHED = Status.WAITING, Status.RUNNING, Status.FINISHED
+
+
 class Request:
     __slots__ = (
         "id",
@@ -75,7 +81,7 @@ class Request:
         #: in advance, so policies must not use it except where a config says so explicitly.
         self.max_output_tokens = max_output_tokens
         self.hash_ids = hash_ids
-        self.status = Status.WAITING
+        self.status = WAITING
         self.replica = None
         #: ids of the KV blocks it holds, under the allocators that keep ids (prefix caching,
         #: sliding windows, `PagedTableAllocator`); empty under the counting `PagedAllocator`
