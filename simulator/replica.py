@@ -33,7 +33,7 @@ from simulator.decode import DecodeSet
 from simulator.executor import StepExecutor
 from simulator.latency.base import decode_run_times
 from simulator.plan import StepPlan
-from simulator.request import FINISHED, RUNNING, WAITING, Request, Status
+from simulator.request import FINISHED, RUNNING, TRANSFERRING, WAITING, Request, Status
 from simulator.steplog import CHUNK, StepLog
 
 _MAX_RUN = 512  # longest precomputed decode run (bounds wasted work when a run is cut)
@@ -436,7 +436,7 @@ class Replica:
             self._finish(req, end)
         elif self.on_prefilled is not None and req._num_output == 1:
             del self.running[req.id]
-            req.status = Status.TRANSFERRING
+            req.status = TRANSFERRING
             self.on_prefilled(req)
         elif self.policy.uses_decode_set:
             self.decoding.add(req, self.kv.capacity(req))

@@ -27,10 +27,17 @@ class Status(IntEnum):
     REJECTED = 4
 
 
-# The members the hot path sets or tests about once a request (arrival, admission, finish, the
-# request log's sweep), as module names: ``Status.RUNNING`` is an attribute lookup on the enum
-# class that CPython 3.11 does not specialise (~50 ns), a module global ~2 ns. Same objects.
-WAITING, RUNNING, FINISHED = Status.WAITING, Status.RUNNING, Status.FINISHED
+# The members the hot paths set or test (a request's arrival, admission, hand-off and finish,
+# the request log's sweep, policies' passes over ``running``), as module names: the same
+# objects, but ``Status.RUNNING`` is slow in CPython 3.11: `EnumType` defines ``__getattr__``,
+# so every attribute lookup on the class goes through ``slot_tp_getattr_hook`` (a wrapper
+# object and an argument tuple a lookup, ~50 ns), while a module global is ~2 ns.
+WAITING, RUNNING, TRANSFERRING, FINISHED = (
+    Status.WAITING,
+    Status.RUNNING,
+    Status.TRANSFERRING,
+    Status.FINISHED,
+)
 
 
 class Request:
