@@ -1,25 +1,19 @@
-"""Values packed by struct equal what numpy's conversions and the arrays stored before.
-
-Inter-token gaps kept in lists and packed into arrays (`simulator.steplog.TokenGaps`) equal
+"""Inter-token gaps kept in lists and packed into arrays (`simulator.steplog.TokenGaps`) equal
 the arrays appended value by value, wherever the packs fall.
 
 The replica appends each (gap, count) pair to two lists and moves them into ``array('d')`` /
 ``array('q')`` once `GAP_CHUNK` are pending (`Replica._loop`) and on every read. Checked with
 ``==`` against the plain arrays, for packs after every pair, at random points and never, and in
 whole runs whose `GAP_CHUNK` is 1, 3 or the default (the arrays must not depend on it).
-Step rows packed by `steplog.float64s` equal ``np.fromiter`` of the same values, bit for bit,
-on ints (past 2**53 too), floats, signed zeros, infinities, NaN, bools and numpy scalars.
 """
 
-import math
-import struct
 from array import array
 
 import numpy as np
 import pytest
 
 import simulator.replica
-from simulator.steplog import TokenGaps, float64s
+from simulator.steplog import TokenGaps
 from tests.helpers import LongestAwareLatency
 from tests.policy_kit import run, spec
 
@@ -65,37 +59,3 @@ def test_runs_do_not_depend_on_gap_chunk(monkeypatch, policy, chunk):
         assert len(a.itl_counts) > 100
         assert (a.itl_gaps, a.itl_counts) == (b.itl_gaps, b.itl_counts)
         assert sum(a.itl_counts) == sum(int(x) for x in b.itl_counts)
-
-
-def test_float64s_equal_fromiter_bit_for_bit():
-    rng = np.random.default_rng(7)
-    values = [
-        0,
-        1,
-        -3,
-        2**53 + 1,
-        2**60 + 12345,
-        -(2**62),
-        0.0,
-        -0.0,
-        1e-310,
-        3.5,
-        math.inf,
-        -math.inf,
-        math.nan,
-        True,
-        False,
-        np.float64(2.25),
-        np.int64(-7),
-        np.int32(9),
-    ]
-    values += [float(x) for x in rng.normal(size=200)] + [
-        int(x) for x in rng.integers(0, 10**9, 200)
-    ]
-    for vals in (values, values[:1], []):
-        new = float64s(iter(vals), len(vals))
-        old = np.fromiter(iter(vals), dtype=float, count=len(vals))
-        assert new.dtype == old.dtype and new.tobytes() == old.tobytes()
-        assert new.flags.writeable
-    with pytest.raises(struct.error):
-        float64s(iter(values), len(values) + 1)
