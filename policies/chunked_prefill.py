@@ -42,7 +42,7 @@ from policies.common import (
 from policies.preemption import Preemption
 from simulator.cfg import Section
 from simulator.plan import IDLE, StepPlan
-from simulator.request import Status
+from simulator.request import RUNNING
 
 
 class ChunkedPrefill(Policy):
@@ -100,7 +100,7 @@ class ChunkedPrefill(Policy):
         for req in list(running.values()):
             if budget <= 0:
                 break
-            if req._dset is not None or req.status != Status.RUNNING:
+            if req._dset is not None or req.status != RUNNING:
                 continue  # decoding, or preempted by an earlier request in this loop
             n = self._chunk(req.num_pending, budget)
             while not kv.allocate(req, req.num_computed + n):

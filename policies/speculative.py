@@ -47,7 +47,7 @@ from policies.common import admit_whole_prompts, newest_running, read_watermark
 from simulator.cfg import Section
 from simulator.models import load_model
 from simulator.plan import IDLE, StepPlan
-from simulator.request import Status
+from simulator.request import RUNNING
 from simulator.served import ShardedModel
 
 
@@ -130,7 +130,7 @@ class Speculative(Policy):
         """KV for pending + k drafts of every decoding request; preempt newest on shortage."""
         kv = replica.kv
         for req in list(replica.running.values()):
-            if req.status != Status.RUNNING or req.num_pending != 1:
+            if req.status != RUNNING or req.num_pending != 1:
                 continue
             need = min(req.num_tokens + self.k, req.num_prompt_tokens + req.max_output_tokens)
             while not kv.allocate(req, need):

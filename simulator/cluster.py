@@ -78,6 +78,7 @@ class Cluster:
 
     def _arrivals(self):
         env, route, replicas = self.env, self.router.route, self.replicas
+        timeout = env.timeout  # SimPy builds a bound method at every `env.timeout` lookup
         log_add = self.log.add
         keep = self.requests.append if self.keep_requests else None
         delay, prev = self.input_delay, -math.inf
@@ -86,7 +87,7 @@ class Cluster:
             prev = self.next_arrival_s = entry
             now = env.now
             if entry > now:
-                yield env.timeout(entry - now)
+                yield timeout(entry - now)
             req = Request(i, t, prompt, output, hash_ids)
             log_add(req)
             if keep is not None:

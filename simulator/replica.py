@@ -33,8 +33,8 @@ from simulator.decode import DecodeSet
 from simulator.executor import StepExecutor
 from simulator.latency.base import decode_run_times
 from simulator.plan import StepPlan
-from simulator.request import Request, Status
-from simulator.steplog import CHUNK, StepLog
+from simulator.request import FINISHED, RUNNING, TRANSFERRING, WAITING, Request, Status
+from simulator.steplog import CHUNK, GAP_CHUNK, StepLog, TokenGaps
 
 _MAX_RUN = 512  # longest precomputed decode run (bounds wasted work when a run is cut)
 
@@ -103,10 +103,9 @@ class Replica:
         # (kv_tokens: tokens in the cache at the step's end, counting the decode set and the
         # step's chunks; reserved-but-unused KV = kv_blocks_used * block_size - kv_tokens)
         self.steps = StepLog(step_chunk)
-        # inter-token gaps: gap seconds and how many tokens saw that gap (raw doubles/int64:
-        # one entry per decode step and per joiner, millions in a long run)
-        self.itl_gaps = array("d")
-        self.itl_counts = array("q")
+        # inter-token gaps: gap seconds and how many tokens saw that gap (one pair per decode
+        # step and per joiner, millions in a long run: packed into arrays, `itl_gaps`)
+        self.itl = TokenGaps()
         self._wake: simpy.Event | None = None
         self._run: list[tuple[float, float, int]] | None = None  # (start, duration, decode_ctx)
         self._run_next = 0
@@ -119,7 +118,7 @@ class Replica:
     # -- what policies call ---------------------------------------------------------------------
     def admit(self, req: Request, now: float) -> None:
         """Move a request the policy took from ``waiting`` into ``running``."""
-        req.status = Status.RUNNING
+        req.status = RUNNING
         self.running[req.id] = req
         if req.first_scheduled_s is None:
             req.first_scheduled_s = now
@@ -165,7 +164,7 @@ class Replica:
             self._cut_run()
         else:
             self.poke()
-        req.status = Status.WAITING
+        req.status = WAITING
         req.replica = self.index
         req.queued_s = self.env.now
         self.waiting.append(req)
@@ -220,15 +219,28 @@ class Replica:
     def num_outstanding(self) -> int:
         return len(self.waiting) + len(self.running)
 
+    @property
+    def itl_gaps(self) -> array:
+        """Every inter-token gap so far (seconds, raw doubles), in the order recorded."""
+        return self.itl.gap_array()
+
+    @property
+    def itl_counts(self) -> array:
+        """How many tokens saw each gap of `itl_gaps` (int64)."""
+        return self.itl.count_array()
+
     # -- the loop ---------------------------------------------------------------------------------
     def _loop(self):
         env = self.env
         timeout = env.timeout  # SimPy builds a bound method at every `env.timeout` lookup
         pending_steps, chunk = self.steps.rows, self.steps.chunk
+        itl, pending_gaps = self.itl, self.itl.gaps
         schedule = self.policy.schedule
         while True:
             if len(pending_steps) >= chunk:
                 self.steps.pack()
+            if len(pending_gaps) >= GAP_CHUNK:
+                itl.pack()
             start = env.now  # `schedule` plans; it never lets time pass
             plan: StepPlan = schedule(self, start)
             if not plan.chunks and not plan.decode:  # plan.is_idle, without the call
@@ -362,7 +374,7 @@ class Replica:
         grow_due, extend, advance = d.grow_due, kv.extend, self._advance_decode
         group, grouped, unit = self._extend_group, d.grow_due_grouped, kv.block_size
         fin, joined = d.finish_heap(), d.joined
-        gaps, counts = self.itl_gaps.append, self.itl_counts.append
+        gaps, counts = self.itl.gap, self.itl.count
         # queue and batch sizes change only where `_advance_decode` runs (a finish)
         n, nw, nr = len(members), len(waiting), len(running)
         busy = self.busy_s
@@ -400,17 +412,17 @@ class Replica:
         self._run_next = stop
 
     def _advance_decode(self, end: float) -> None:
-        d = self.decoding
+        d, itl = self.decoding, self.itl
         done = d.advance()
         joined = d.joined
         cont = len(d.members) - len(joined)
         if cont:
-            self.itl_gaps.append(end - d.last_step_end)
-            self.itl_counts.append(cont)
+            itl.gap(end - d.last_step_end)
+            itl.count(cont)
         if joined:
             for req in joined:
-                self.itl_gaps.append(end - req.last_token_s)
-                self.itl_counts.append(1)
+                itl.gap(end - req.last_token_s)
+                itl.count(1)
             joined.clear()
         d.last_step_end = end
         for req in done:
@@ -426,23 +438,23 @@ class Replica:
         if req.first_token_s is None:
             req.first_token_s = end
         else:
-            self.itl_gaps.append(end - req.last_token_s)
-            self.itl_counts.append(1)
+            self.itl.gap(end - req.last_token_s)
+            self.itl.count(1)
         if count > 1:
-            self.itl_gaps.append(0.0)
-            self.itl_counts.append(count - 1)
+            self.itl.gap(0.0)
+            self.itl.count(count - 1)
         req.last_token_s = end
         if req._num_output >= req.max_output_tokens:
             self._finish(req, end)
         elif self.on_prefilled is not None and req._num_output == 1:
             del self.running[req.id]
-            req.status = Status.TRANSFERRING
+            req.status = TRANSFERRING
             self.on_prefilled(req)
         elif self.policy.uses_decode_set:
             self.decoding.add(req, self.kv.capacity(req))
 
     def _finish(self, req: Request, end: float) -> None:
-        req.status = Status.FINISHED
+        req.status = FINISHED
         req.finish_s = end
         self.kv.free(req)
         del self.running[req.id]

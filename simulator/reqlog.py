@@ -14,15 +14,28 @@ for the list of the same requests (tests/test_streaming.py).
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 
 from simulator.metrics import derived_request_columns
-from simulator.request import Request, Status
+from simulator.request import FINISHED, Request, Status
 
 _STATUS_NAMES = np.array([s.name.lower() for s in Status], dtype=object)
 _FLOATS = ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s")
 _INTS = ("input_tokens", "output_tokens", "generated_tokens", "preemptions", "cached_tokens",
          "replica")  # fmt: skip
+
+
+def _int64s(values: list[int]) -> np.ndarray:
+    """``values`` as int64, the values ``np.array(values, dtype=np.int64)`` holds: ``struct``
+    packs each int as a native long long (~5 ns a value; numpy's list conversion ~20)."""
+    return np.frombuffer(struct.pack(f"{len(values)}q", *values), np.int64)
+
+
+def _doubles(values: list[float]) -> np.ndarray:
+    """``values`` (numbers, no None) as float64, the same doubles, as `_int64s` does it."""
+    return np.frombuffer(struct.pack(f"{len(values)}d", *values), np.float64)
 
 
 class RequestLog:
@@ -43,7 +56,7 @@ class RequestLog:
             self._sweep()
 
     def _sweep(self) -> None:
-        done = [r for r in self._live.values() if r.status >= Status.FINISHED]
+        done = [r for r in self._live.values() if r.status >= FINISHED]
         self._store(done)
         live = self._live
         for r in done:
@@ -54,19 +67,22 @@ class RequestLog:
         """Copy the facts of ``reqs`` into the columns at their ids."""
         if not reqs:
             return
-        ids = np.fromiter((r.id for r in reqs), dtype=np.int64, count=len(reqs))
+        n = len(reqs)
+        ids = _int64s([r.id for r in reqs])
         c = self._cols
-        c["arrival_s"][ids] = [r.arrival_s for r in reqs]
-        c["first_scheduled_s"][ids] = np.array([r.first_scheduled_s for r in reqs], dtype=float)
-        c["first_token_s"][ids] = np.array([r.first_token_s for r in reqs], dtype=float)
-        c["finish_s"][ids] = np.array([r.finish_s for r in reqs], dtype=float)
-        c["input_tokens"][ids] = [r.num_prompt_tokens for r in reqs]
-        c["output_tokens"][ids] = [r.max_output_tokens for r in reqs]
-        c["generated_tokens"][ids] = [r.num_output for r in reqs]
-        c["preemptions"][ids] = [r.num_preemptions for r in reqs]
-        c["cached_tokens"][ids] = [r.num_cached_tokens for r in reqs]
-        c["replica"][ids] = [-1 if r.replica is None else r.replica for r in reqs]
-        self._status[ids] = [int(r.status) for r in reqs]
+        # `fromiter` of a list: what `np.array(list, dtype=float)` gives (None -> NaN, by the
+        # same per-item setter) without its dtype and shape discovery, ~3x faster here
+        c["arrival_s"][ids] = _doubles([r.arrival_s for r in reqs])  # never None
+        c["first_scheduled_s"][ids] = np.fromiter([r.first_scheduled_s for r in reqs], float, n)
+        c["first_token_s"][ids] = np.fromiter([r.first_token_s for r in reqs], float, n)
+        c["finish_s"][ids] = np.fromiter([r.finish_s for r in reqs], float, n)
+        c["input_tokens"][ids] = _int64s([r.num_prompt_tokens for r in reqs])
+        c["output_tokens"][ids] = _int64s([r.max_output_tokens for r in reqs])
+        c["generated_tokens"][ids] = _int64s([r.num_output for r in reqs])
+        c["preemptions"][ids] = _int64s([r.num_preemptions for r in reqs])
+        c["cached_tokens"][ids] = _int64s([r.num_cached_tokens for r in reqs])
+        c["replica"][ids] = _int64s([-1 if r.replica is None else r.replica for r in reqs])
+        self._status[ids] = np.fromiter([r.status for r in reqs], np.int8, n)
         for r in reqs:
             if r.reject_reason:
                 self._reasons[r.id] = r.reject_reason

@@ -354,3 +354,12 @@ def test_stable_order_is_a_stable_argsort():
         assert np.array_equal(_stable_order(v), np.argsort(v, kind="stable"))
     gaps = rng.exponential(0.02, 50_000).round(6)
     assert np.array_equal(_stable_order(gaps), np.argsort(gaps, kind="stable"))
+
+
+def test_status_module_names_are_the_members():
+    """The hot paths set and test `Status` through module names (request.py says why): they
+    must be the very members."""
+    from simulator import request
+
+    for name in ("WAITING", "RUNNING", "TRANSFERRING", "FINISHED"):
+        assert getattr(request, name) is getattr(request.Status, name)

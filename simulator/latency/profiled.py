@@ -439,8 +439,13 @@ class ProfileLatencyModel:
         if parts is None:
             return None
         lk, l0, l1, le, ek, e0, e1, ee, rm1, cl, ce, estimate = parts
-        base, gamma, layers = self.base, self.gamma, self.layers
-        ms, kmax_all, wide = self._dec_m, self._dec_kmax_all, n > self._dec_b[-1]
+        # ``layers`` as a float and the grid's context bound as an int: the products and the
+        # test below are then float-float and int-int, which CPython 3.11 specialises (mixed
+        # operands go the generic way), and the values are the same: an int operand is
+        # converted to a double exactly (layers < 2**53) before the multiply, and for an int
+        # ``ctx``, ``ctx > k`` iff ``ctx > floor(k)`` (``k`` a measured context: finite)
+        base, gamma, layers = self.base, self.gamma, float(self.layers)
+        ms, kmax_all, wide = self._dec_m, math.floor(self._dec_kmax_all), n > self._dec_b[-1]
         check = self._check_decode_grid
         here = [_segment(ms, 0, (l0, l1, e0, e1, cl, ce))]  # the mean context's segment
 
