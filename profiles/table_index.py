@@ -10,7 +10,9 @@ against their median), the noise under which no step model can go on single inte
 where the table timed no composition three times. ``stamps out`` is the share of the recorded
 steps left out of the fit and of the judge because their completion stamps were wrong
 (`profiles.vllm_table.flag_early_stamps`, `flag_shifted_stamps`): a reader should see how much
-cleaning a table's numbers stand on.
+cleaning a table's numbers stand on. ``energy`` is the energy law's held-out error on the
+joules of the test scenarios (`simulator.energy.MeasuredStepEnergy.heldout`, median / p95),
+``-`` for a table without power readings; it is reported, not part of the floor.
 
 Floor (issue 13 / 15): held-out median <= 5% and p95 <= 10% of whole-step time. No GPU needed.
 """
@@ -34,7 +36,7 @@ FLOOR_MEDIAN, FLOOR_P95 = 0.05, 0.10
 
 COLUMNS = (
     "table", "steps", "stamps out", "median", "p95", "decode-only p95", "with-prefill p95",
-    "spread p95", "floor",
+    "spread p95", "energy", "floor",
 )  # fmt: skip
 
 
@@ -57,6 +59,7 @@ def table_row(table_dir: Path) -> dict:
         "prefill_p95": h["with_prefill"]["p95"],
         "spread_p95": spread["p95"] if spread.get("steps") else None,
         "stamps_out": _stamps_out(m.meta.get("steps") or {}),
+        "energy": m.energy.heldout() if m.energy is not None else None,
     }
     row["meets_floor"] = row["median"] <= FLOOR_MEDIAN and row["p95"] <= FLOOR_P95
     return row
@@ -68,6 +71,14 @@ def _stamps_out(steps: dict) -> float | None:
     return out / steps["recorded"] if steps.get("recorded") else None
 
 
+def _energy_cell(heldout: dict | None) -> str:
+    """``median / p95`` of the energy law's held-out error, or ``-`` (no readings, or no
+    held-out scenario long enough to judge)."""
+    if not heldout or not heldout.get("scenarios"):
+        return "-"
+    return f"{_cell(heldout['median'])} / {_cell(heldout['p95'])}"
+
+
 def format_rows(rows: list[dict]) -> str:
     """A markdown table of `table_row`s and a count of those meeting the floor."""
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
@@ -75,7 +86,7 @@ def format_rows(rows: list[dict]) -> str:
         cells = [
             r["table"], f"{r['steps']:,}", _cell(r.get("stamps_out")),
             _cell(r["median"]), _cell(r["p95"]), _cell(r["decode_p95"]), _cell(r["prefill_p95"]),
-            _cell(r["spread_p95"]),
+            _cell(r["spread_p95"]), _energy_cell(r.get("energy")),
             "met" if r["meets_floor"] else "**missed**",
         ]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
