@@ -46,7 +46,7 @@ from scipy.optimize import nnls
 
 from simulator.errors import ConfigError
 from simulator.files import csv_records
-from simulator.served import routing_probabilities
+from simulator.served import expected_experts_touched
 
 ENERGY_COLUMNS = (
     "scenario", "split", "window_s", "joules", "busy_s", "steps", "tokens", "decode_ctx",
@@ -85,16 +85,13 @@ class ExpertReads:
     routing_skew: float = 0.0
 
     def per_step(self, tokens: np.ndarray) -> np.ndarray:
-        """Expected experts touched by each step of ``tokens`` tokens (0 for 0)."""
-        t = np.asarray(tokens, dtype=float)
-        e, k = self.num_experts, self.top_k
-        if self.routing_skew == 0.0:
-            return e * (1.0 - (1.0 - k / e) ** t)
-        u, where = np.unique(t, return_inverse=True)
-        out = np.zeros(u.size)
-        for p in routing_probabilities(e, k, self.routing_skew):
-            out += 1.0 - (1.0 - p) ** u
-        return out[where]
+        """Expected experts touched by each step of ``tokens`` tokens (0 for 0): the one
+        formula, `expected_experts_touched`, once per distinct token count (a run has at most
+        the token budget's worth of them, however many steps)."""
+        counts, where = np.unique(np.asarray(tokens, dtype=np.int64), return_inverse=True)
+        e, k, skew = self.num_experts, self.top_k, self.routing_skew
+        touched = [expected_experts_touched(e, k, int(t), skew) for t in counts]
+        return np.array(touched, dtype=float)[where]
 
     def describe(self) -> dict:
         return {"num_experts": self.num_experts, "top_k": self.top_k,
