@@ -58,6 +58,8 @@ REPEATS = (
            "serving_repeats/h100_qwen2.5-7b_earlier_host"),
     Repeat("h200/qwen3-30b-a3b-tp2", "two 2x H200 hosts (five cases)",
            "real/h200_qwen3-30b-a3b_tp2", "serving_repeats/h200_qwen3-30b-a3b_tp2_host2"),
+    Repeat("h100/deepseek-v2-lite", "two H100s", "real/h100_deepseek-v2-lite",
+           "serving_repeats/h100_deepseek-v2-lite_host2"),
 )  # fmt: skip
 
 
