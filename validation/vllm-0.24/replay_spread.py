@@ -60,6 +60,8 @@ REPEATS = (
            "real/h200_qwen3-30b-a3b_tp2", "serving_repeats/h200_qwen3-30b-a3b_tp2_host2"),
     Repeat("h100/deepseek-v2-lite", "two H100s", "real/h100_deepseek-v2-lite",
            "serving_repeats/h100_deepseek-v2-lite_host2"),
+    Repeat("h200/llama-3-8b-int4", "two H200s (neither the table's)", "real/h200_llama-3-8b-int4",
+           "serving_repeats/h200_llama-3-8b-int4_host3"),
 )  # fmt: skip
 
 
