@@ -374,8 +374,13 @@ def launch_waits_vs_table(latency, real: list[dict]) -> dict | None:
         q = np.percentile(v, [10, 50, 90]).round(2).tolist() if len(v) else []
         return {"count": len(v), "p10_p50_p90": q}
 
+    # a kind with fewer than 3 attributed launches is charged none: no table statistics
+    counts = getattr(latency, "launch_counts", {True: len(waits[True]), False: len(waits[False])})
     return {
-        kind: {"table": stats(np.asarray(waits[g]) * 1e3), "serving": stats(seen[g])}
+        kind: {
+            "table": stats(np.asarray(waits[g]) * 1e3 if counts[g] >= 3 else []),
+            "serving": stats(seen[g]),
+        }
         for kind, g in (("graph", True), ("eager", False))
     }
 

@@ -760,6 +760,8 @@ def test_launch_time_is_the_median_wait_of_exposed_decode_steps(tmp_path):
     )
     assert m.launch_quantile_s(100, 0.9) == 0.0
     assert m.describe()["launch_waits"]["eager"]["steps"] == 3
+    # no graph-sized launch attributed: counted as none, not as the placeholder 0 s wait
+    assert m.launch_counts[True] == 0 and m.describe()["launch_waits"]["graph"]["steps"] == 0
 
 
 def test_launch_times_come_from_decode_steps_not_from_prefill_steps_that_waited(tmp_path):

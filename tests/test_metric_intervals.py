@@ -108,3 +108,18 @@ def test_launch_waits_serving_beside_the_table_by_hand():
     assert got["eager"]["serving"]["count"] == 1
     assert got["graph"]["table"]["p10_p50_p90"][1] == pytest.approx(21.0)
     assert vllm_validate.launch_waits_vs_table(object(), real) is None
+
+
+class _ThinTable(_Table):
+    """Two graph-sized launches attributed: too few, so that kind is charged none ([0.0])."""
+
+    launch_counts = {True: 2, False: 3}
+    launch_waits = {True: [0.0], False: [0.040, 0.050, 0.060]}
+
+
+def test_a_kind_the_table_charges_no_launch_has_no_table_statistics():
+    real = [{"dur_us": 14e3, "prefill_tokens": 0, "prefill_behind": 0, "decode_seqs": 4,
+             "after_idle": 0}]  # fmt: skip
+    got = vllm_validate.launch_waits_vs_table(_ThinTable(), real)
+    assert got["graph"]["table"] == {"count": 0, "p10_p50_p90": []}
+    assert got["eager"]["table"]["count"] == 3
