@@ -17,7 +17,7 @@ import simpy
 
 from policies.routing import ROUTERS
 from simulator.cfg import Section
-from simulator.cluster import ArrivalTie, Cluster, arrival_event_times, delays_to
+from simulator.cluster import ArrivalTie, Cluster, OwnArrivals, arrival_event_times, delays_to
 from simulator.kv.paged import PagedAllocator
 from simulator.latency.constant import ConstantLatencyModel
 from simulator.runner import build, simulate
@@ -243,3 +243,12 @@ def test_not_for_other_routers_or_callbacks():
     cluster = Cluster(env, built.workload.requests, built.router, keep_requests=False)
     built.make_replicas(env, cluster)
     assert not cluster.can_hand_over()
+
+
+@pytest.mark.parametrize("chunk", [1, 3])
+def test_columns_read_in_chunks(monkeypatch, chunk):
+    """`OwnArrivals` reads its columns a chunk at a time: any chunk size gives the same run."""
+    monkeypatch.setattr(OwnArrivals, "CHUNK", chunk)
+    specs = _poisson(150, 20.0, seed=9)
+    for replicas in (1, 3):
+        _same(_run(specs, True, replicas=replicas), _run(specs, False, replicas=replicas))
