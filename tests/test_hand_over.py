@@ -164,6 +164,10 @@ def test_simulate_starts_over_at_a_tie(monkeypatch, arrival):
     assert starts == ([True, False] if arrival["process"] == "constant" else [True])
     b = simulate(built, hand_over=False)
     assert starts[-1] is False
+    _same_results(a, b)
+
+
+def _same_results(a, b):
     for k in a.requests:
         x, y = a.requests[k], b.requests[k]
         assert np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), k
@@ -171,6 +175,16 @@ def test_simulate_starts_over_at_a_tie(monkeypatch, arrival):
         assert np.array_equal(a.steps[k], b.steps[k]), k
     a.summary.pop("latency_model"), b.summary.pop("latency_model")
     assert a.summary == b.summary
+
+
+@pytest.mark.parametrize("horizon", [2.0, 4.3])
+def test_simulate_stopped_at_a_horizon(horizon):
+    """`runner.simulate` with ``sim.horizon_s``: requests in flight and not yet arrived alike."""
+    cfg = config(rate=30.0, n=200, cluster={"replicas": 2}, sim={"horizon_s": horizon})
+    built = build(cfg, str(REPO / "t.yaml"), REPO)
+    a, b = simulate(built), simulate(built, hand_over=False)
+    assert 0 < a.summary["requests"]["not_arrived_by_horizon"] < 200
+    _same_results(a, b)
 
 
 def test_event_times_are_the_processes_clock():
