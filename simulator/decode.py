@@ -66,42 +66,6 @@ class _GrowthBucket:
         self.members = members
 
 
-class HeapWalk:
-    """The entries of a heap in order, without copying or changing it.
-
-    Why: planning a decode run past finishes reads the finish and longest-context heaps' first
-    few entries in order (`DecodeSet.pop_finish`, `longest_left`); a copy popped in C touched
-    every entry (~100 a copy, cold at 64 replicas: ~4% of the last-level cache misses a
-    request there) to read a handful. The walk keeps a small heap of candidates, the
-    frontier, as ``(entry, index)``: the smallest is the next entry in order, and popping it
-    adds its two children. Invariant: every entry not yet walked is in the frontier or below
-    one that is, so the frontier's smallest is the smallest left (the heap property); equal
-    entries (a stale twin) come in index order, and they are equal anyway. Valid while the
-    heap is not changed."""
-
-    __slots__ = ("heap", "front")
-
-    def __init__(self, heap: list):
-        self.heap = heap
-        self.front = [(heap[0], 0)] if heap else []
-
-    def peek(self) -> tuple:
-        """The next entry (the frontier must not be empty)."""
-        return self.front[0][0]
-
-    def pop(self) -> tuple:
-        """The next entry, walked past (the frontier must not be empty)."""
-        heap, front = self.heap, self.front
-        entry, i = heapq.heappop(front)
-        c = 2 * i + 1
-        n = len(heap)
-        if c < n:
-            heapq.heappush(front, (heap[c], c))
-            if c + 1 < n:
-                heapq.heappush(front, (heap[c + 1], c + 1))
-        return entry
-
-
 class DecodeSet:
     __slots__ = (
         "clock", "members", "sum_dbase", "_fin", "_grow_at", "_low", "_longest", "joined",
@@ -429,47 +393,43 @@ class DecodeSet:
         (`advance`); above it nobody does. Read only."""
         return self._fin
 
-    def finish_walk(self) -> HeapWalk:
-        """A walk of the finish heap in order, for `pop_finish`."""
-        return HeapWalk(self._fin)
-
-    def longest_walk(self) -> HeapWalk:
-        """A walk of the longest-context heap in order (stale entries included), for
-        `longest_left`."""
-        return HeapWalk(self._longest)
+    def longest_heap(self) -> list[tuple[int, int, Request]]:
+        """The longest-context heap itself (stale entries included), to be copied for
+        `longest_left`. Read only."""
+        return self._longest
 
     def longest_member(self) -> Request | None:
         """The member whose context `decode_max` measures (None when the set is empty)."""
         return self._longest[0][2] if self.decode_max() else None
 
-    def pop_finish(self, walk: HeapWalk, last: Request | None) -> tuple[int, Request | None]:
-        """Walk the finish heap (`finish_walk`; the heap stays unchanged) to its next live finish:
+    def pop_finish(self, heap: list, last: Request | None) -> tuple[int, Request | None]:
+        """Pop ``heap`` (a copy of `finish_heap`, which stays unchanged) to its next live finish:
         ``(key, member)``, in the order `advance` hands finishes out (finish clock, then id),
         or ``(-1, None)`` when none is left. Stale entries are skipped, and so is a twin of
         ``last`` (the member returned before: a twin has the same key and id, so comes right
         after it). For planning a decode run past finishes (`Replica._plan_past_finishes`);
         valid only while the set is not changed.
 
-        Why a `HeapWalk` object, not a generator: a generator left unfinished at each run's
-        end is closed with an exception and a traceback; nor a copy of the heap (see there)."""
-        pop = walk.pop
-        while walk.front:
-            key, _, req = pop()
+        Why a copy popped in C, not a walk of the heap itself: the walk was a generator left
+        unfinished at each run's end, and closing one costs an exception and a traceback."""
+        pop = heapq.heappop
+        while heap:
+            key, _, req = pop(heap)
             if req._dset is self and req._fin_clock == key and req is not last:
                 return key, req
         return -1, None
 
-    def longest_left(self, walk: HeapWalk, clock: int) -> Request:
+    def longest_left(self, heap: list, clock: int) -> Request:
         """The member with the longest context (largest ``_dbase``) among those whose finish
-        clock is after ``clock``, from ``walk`` (`longest_walk`; the heap stays unchanged):
-        entries walked past are stale or of members finished by ``clock``, so a later call with
-        a larger ``clock`` goes on from there. Needs such a member; valid only while the set is
+        clock is after ``clock``, from ``heap`` (a copy of `longest_heap`, which stays unchanged):
+        entries popped are stale or of members finished by ``clock``, so a later call with a
+        larger ``clock`` goes on from there. Needs such a member; valid only while the set is
         not changed."""
         while True:
-            key, _, req = walk.peek()
+            key, _, req = heap[0]
             if req._dset is self and req._dbase == -key and req._fin_clock > clock:
                 return req
-            walk.pop()
+            heapq.heappop(heap)
 
     def next_growth_clock(self) -> int | None:
         """The smallest key of a bucket with members (None: none). A scan: not on a hot path."""

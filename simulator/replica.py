@@ -642,7 +642,7 @@ class Replica:
         """Go on planning after the run's first finish (its step is the run's last so far, ending
         at ``t`` before ``horizon``): up to ``k`` more steps, one segment per stretch between
         finishes, each with the members left then, read off the decode set without changing
-        it (`DecodeSet.pop_finish`, `DecodeSet.longest_left`, on walks of its heaps).
+        it (`DecodeSet.pop_finish`, `DecodeSet.longest_left`, on copies of its heaps).
 
         Each step's features are `_features`' for the set as it will be at that step: at the
         clock value ``c`` after a finish step, the members whose finish key is ``c`` have left,
@@ -652,7 +652,7 @@ class Replica:
         member has finished."""
         d = self.decoding
         n, sdb = len(d.members), d.sum_dbase
-        fins, longest = d.finish_walk(), None
+        fins, longest = d.finish_heap()[:], None
         key, req = d.pop_finish(fins, None)
         top = d.longest_member()
         while True:
@@ -665,7 +665,7 @@ class Replica:
                 return
             if top._fin_clock <= clock:  # the longest has finished: the next one left
                 if longest is None:
-                    longest = d.longest_walk()
+                    longest = d.longest_heap()[:]
                 top = d.longest_left(longest, clock)
             seg = k if key - clock > k else key - clock
             t = self._append_run(run, n, n * (clock + 1) + sdb, clock + 1 + top._dbase, seg, t,

@@ -78,27 +78,3 @@ def test_poisson_runs_past_finishes(monkeypatch, policy, num_blocks):
     _same(a, ra, b, rb)
     if num_blocks == 400:
         assert rb.num_preemptions > 0
-
-
-def test_heap_walk_is_the_heap_in_order():
-    """`HeapWalk` gives a heap's entries in the order popping a copy gives them (twins, the
-    same entry twice, included), leaves the heap unchanged, and peeks what it pops next."""
-    import heapq
-
-    from simulator.decode import HeapWalk
-
-    rng = np.random.default_rng(4)
-    for n in (0, 1, 2, 3, 7, 100, 513):
-        objs = [object() for _ in range(n)]
-        heap = [(int(rng.integers(0, 30)), i, objs[i]) for i in range(n)]
-        heap += heap[: n // 5]  # stale twins: the same (key, id, request) again
-        heapq.heapify(heap)
-        before = list(heap)
-        walk, got = HeapWalk(heap), []
-        while walk.front:
-            nxt = walk.peek()
-            got.append(walk.pop())
-            assert got[-1] is nxt
-        assert heap == before
-        copy = heap[:]
-        assert got == [heapq.heappop(copy) for _ in range(len(heap))]
