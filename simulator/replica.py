@@ -359,7 +359,8 @@ class Replica:
             if not own.done:
                 yield from self._idle_own(plan.wake_at)
                 return
-            if plan.wake_at is not None and plan.wake_at == own.last_s:
+            w = plan.wake_at
+            if w is not None and env.now + (w - env.now) == own.last_s:  # where it lands
                 raise ArrivalTie(f"replica {self.index}: a wake time at the last arrival")
         self._wake = env.event()
         if plan.wake_at is not None:
@@ -374,12 +375,14 @@ class Replica:
         same clock they tie."""
         env, own = self.env, self._own
         e = own.next_s
-        if wake_at is not None and wake_at <= e:
-            if wake_at == e:
+        if wake_at is not None:
+            woken = env.now + (wake_at - env.now)  # where SimPy's timeout lands
+            if woken == e:
                 raise ArrivalTie(f"replica {self.index}: a wake time at an arrival, {e!r}")
-            yield env.timeout(wake_at - env.now)
-            self._take_arrivals(env.now)
-            return
+            if woken < e:
+                yield env.timeout(wake_at - env.now)
+                self._take_arrivals(env.now)
+                return
         for delay in delays_to(env.now, e):
             yield env.timeout(delay)
         now = env.now  # == e; SimPy's own clock object, as `add_request` reads it
