@@ -383,6 +383,9 @@ class Replica:
                 yield env.timeout(wake_at - env.now)
                 self._take_arrivals(env.now)
                 return
+            # `_idle`'s timer, left pending when the arrival wakes it first: it changes nothing
+            # when it fires, but it may be the run's last event (the clock at the end)
+            env.timeout(wake_at - env.now)
         for delay in delays_to(env.now, e):
             yield env.timeout(delay)
         now = env.now  # == e; SimPy's own clock object, as `add_request` reads it

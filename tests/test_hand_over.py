@@ -57,12 +57,13 @@ def _run(specs, hand_over, *, policy="continuous", params=None, replicas=1, num_
             cluster.take_late_arrivals(until)
         for rep in reps:
             rep.sync()
-    return cluster.log.table(0.0), reps, cluster.num_arrived
+    return cluster.log.table(0.0), reps, cluster.num_arrived, env.now
 
 
 def _same(a, b):
-    (ca, ra, na), (cb, rb, nb) = a, b
+    (ca, ra, na, ea), (cb, rb, nb, eb) = a, b
     assert na == nb
+    assert ea == eb and type(ea) is type(eb)  # the clock at the end (the summary's end_s)
     assert ca.keys() == cb.keys()
     for k in ca:
         assert np.array_equal(ca[k], cb[k], equal_nan=ca[k].dtype.kind == "f"), k
@@ -116,6 +117,16 @@ def test_clumps_and_step_by_step():
             specs.append(spec(t + 1e-4 * j, int(rng.integers(10, 400)), int(rng.integers(1, 90))))
     for coalesce in (True, False):
         _same(_run(specs, True, coalesce=coalesce), _run(specs, False, coalesce=coalesce))
+
+
+def test_a_wake_timer_beaten_by_an_arrival_is_left_pending():
+    """Dynamic batching waits up to 100 s for a second request, which comes at 2 s: the timer
+    left pending is the run's last event in both (the clock at the end is 100 s)."""
+    specs = [spec(0.0, 100, 5), spec(2.0, 100, 5)]
+    kw = dict(policy="dynamic", params={"batch_size": 2, "max_wait_s": 100.0})
+    a, b = _run(specs, True, **kw), _run(specs, False, **kw)
+    _same(a, b)
+    assert a[3] == 100.0
 
 
 def test_exact_ties_raise():
@@ -175,6 +186,16 @@ def _same_results(a, b):
         assert np.array_equal(a.steps[k], b.steps[k]), k
     a.summary.pop("latency_model"), b.summary.pop("latency_model")
     assert a.summary == b.summary
+
+
+@pytest.mark.parametrize("policy", ["dynamic", "static"])
+def test_simulate_with_wake_times(policy):
+    """Policies that idle with a wake time (a timer the arrival may beat, left pending: it can
+    be the run's last event, the clock ``summary`` ends at) and read ``arrivals_done``."""
+    sched = {"policy": policy, "max_wait_s": 0.3} if policy == "dynamic" else {"policy": policy}
+    cfg = config(rate=3.0, n=80, cluster={"replicas": 2}, scheduler=sched)
+    built = build(cfg, str(REPO / "t.yaml"), REPO)
+    _same_results(simulate(built), simulate(built, hand_over=False))
 
 
 @pytest.mark.parametrize("horizon", [2.0, 4.3])
