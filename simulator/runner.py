@@ -390,6 +390,7 @@ def _run_events(built: Built, executor_factory, progress, hand_over: bool):
 
 
 def _run_loop(env: simpy.Environment, cluster: Cluster, until: float | None, progress) -> None:
+    """SimPy's event loop to ``until`` (None: to the end), reporting progress if asked."""
     with fewer_collections():
         if progress is None:
             env.run(until=until)
