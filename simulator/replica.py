@@ -29,6 +29,7 @@ from functools import partial
 
 import simpy
 
+from simulator.cluster import ArrivalTie, delays_to
 from simulator.decode import DecodeSet
 from simulator.executor import StepExecutor
 from simulator.latency.base import decode_run_times
@@ -113,6 +114,8 @@ class Replica:
         #: when ``_defer_ok``; -inf: none): the rows of the run's sub-steps that ended by then
         #: count one request fewer waiting
         self._arrived_s = -math.inf
+        #: the arrivals this replica takes itself (`take_arrivals`; None: they are handed over)
+        self._own = None
         self._proc = env.process(self._loop())
 
     # -- what policies call ---------------------------------------------------------------------
@@ -190,13 +193,88 @@ class Replica:
 
     def _ended(self) -> int:
         """Index of the run's first sub-step not ended by now (the one in progress)."""
+        return self._ended_by(self.env.now)
+
+    def _ended_by(self, now: float) -> int:
+        """Index of the run's first sub-step not ended by ``now``."""
         run = self._run
         if run is None:
             return self._run_next
-        now, i, n = self.env.now, self._run_next, len(run)
+        i, n = self._run_next, len(run)
         while i < n and run[i][0] + run[i][1] <= now:
             i += 1
         return i
+
+    # -- arrivals taken by the replica itself (round robin: `Cluster.start` with hand_over) --
+    def take_arrivals(self, own) -> None:
+        """From now on this replica takes its arrivals itself, from ``own`` (`OwnArrivals`):
+        each when its process next runs, as `add_request` at the arrival's own clock would
+        have (`_arrive`), so no SimPy event is needed per request.
+
+        Why exact: under round robin nothing but its arrivals reaches a replica from outside
+        (`Cluster.can_hand_over`), and an arrival changes nothing but ``waiting`` (and a decode
+        run's deferred commit, `_defer_commit`); so taking it at the replica's next event,
+        before anything reads ``waiting``, gives the same state, with ``queued_s`` and the
+        step rows' queue sizes as of its own time. What taking late cannot reproduce is the
+        order SimPy gives two events at the same clock (by when each was created): wherever a
+        replica's own event (a step's end, a policy's wake time, the last arrival's
+        `Cluster._finale`) falls at exactly one of its arrivals' clocks, or an arrival falls
+        before a decode run's last step (`add_request` would cut the run), `ArrivalTie` is
+        raised and the run starts over with one event per arrival (`runner.simulate`)."""
+        self._own = own
+        self.next_external_s = own.horizon
+
+    def _take_arrivals(self, now: float) -> None:
+        """After a wait that ended at ``now``: take the arrivals before it; one at ``now`` ties."""
+        own = self._own
+        if own.next_s < now:
+            self._take_before(now)
+        if own.next_s == now:
+            raise ArrivalTie(f"replica {self.index}: an event and an arrival at {now!r}")
+
+    def _take_before(self, t: float) -> None:
+        """Take every arrival whose clock is before ``t`` (the finale's mark, ``done`` with
+        ``next_s`` at its clock, is dropped once passed)."""
+        own = self._own
+        while own.next_s < t:
+            if own.done:
+                own.next_s = math.inf
+                return
+            e = own.next_s
+            self._arrive(own.pop(), e)
+
+    def take_all_arrivals(self) -> None:
+        """`Cluster._finale`, at the last arrival's clock: take every arrival left, then leave
+        ``next_s`` at this clock, so that a wait of this replica that ends here ties."""
+        now, own = self.env.now, self._own
+        self._take_before(now)
+        while not own.done:
+            self._arrive(own.pop(), now)
+        own.next_s = now
+
+    def take_arrivals_before(self, until: float) -> None:
+        """After a run stopped at ``until``: the arrivals before it not taken yet."""
+        if self._own is not None:
+            self._take_before(until)
+
+    def _arrive(self, req: Request, e: float) -> None:
+        """`add_request` of ``req`` as at clock ``e`` (before now): a decode run in progress
+        then defers its commit (a second arrival commits the first one's share first: the
+        sub-steps ended by ``e``); the run was planned to end with the step that reaches the
+        next arrival, so ``e`` falls in its last step (else `ArrivalTie`: it would cut it)."""
+        run = self._run
+        if run is not None:
+            if run[-1][0] > e:
+                raise ArrivalTie(f"replica {self.index}: an arrival at {e!r} cuts a decode run")
+            if self._arrived_s != -math.inf:
+                i = self._ended_by(e)
+                if i > self._run_next:
+                    self._commit_decodes(i)
+            self._arrived_s = e
+        req.status = WAITING
+        req.replica = self.index
+        req.queued_s = e
+        self.waiting.append(req)
 
     def _defer_commit(self) -> None:
         """`sync` for an arrival (about to join ``waiting``), done later: the sub-steps ended by
@@ -236,6 +314,7 @@ class Replica:
         pending_steps, chunk = self.steps.rows, self.steps.chunk
         itl, pending_gaps = self.itl, self.itl.gaps
         schedule = self.policy.schedule
+        own = self._own  # (an arrival at the start: the first `schedule` sees none either way)
         while True:
             if len(pending_steps) >= chunk:
                 self.steps.pack()
@@ -250,6 +329,8 @@ class Replica:
                 feats = self._features(plan)
                 dt = self.executor.execute(plan, self, feats)
                 yield timeout(dt)
+                if own is not None:
+                    self._take_arrivals(env.now)
                 self._commit(plan, start, dt, feats)
                 continue
             self._plan_decode_run(start, plan.wake_at)
@@ -262,21 +343,57 @@ class Replica:
                 except simpy.Interrupt:
                     now = env.now
                     continue  # the run was cut; wait for its new end
+            if own is not None:
+                self._take_arrivals(env.now)
             self._commit_decodes(len(self._run))  # the rest has ended (up to float rounding)
             self._run = None
 
     def _idle(self, plan: StepPlan):
         env = self.env
+        if plan.wake_at is not None and plan.wake_at <= env.now:
+            raise RuntimeError(
+                f"policy {self.policy.name} returned an idle plan with wake_at in the past"
+            )
+        own = self._own
+        if own is not None:
+            if not own.done:
+                yield from self._idle_own(plan.wake_at)
+                return
+            w = plan.wake_at
+            if w is not None and env.now + (w - env.now) == own.last_s:  # where it lands
+                raise ArrivalTie(f"replica {self.index}: a wake time at the last arrival")
         self._wake = env.event()
         if plan.wake_at is not None:
-            if plan.wake_at <= env.now:
-                raise RuntimeError(
-                    f"policy {self.policy.name} returned an idle plan with wake_at in the past"
-                )
             yield self._wake | env.timeout(plan.wake_at - env.now)
         else:
             yield self._wake
         self._wake = None
+
+    def _idle_own(self, wake_at: float | None):
+        """`_idle` while arrivals are taken here: wait until the next one (its clock exactly:
+        `add_request`'s wake would run then) or the policy's wake time if earlier; at the
+        same clock they tie."""
+        env, own = self.env, self._own
+        e = own.next_s
+        if wake_at is not None:
+            woken = env.now + (wake_at - env.now)  # where SimPy's timeout lands
+            if woken == e:
+                raise ArrivalTie(f"replica {self.index}: a wake time at an arrival, {e!r}")
+            if woken < e:
+                yield env.timeout(wake_at - env.now)
+                self._take_arrivals(env.now)
+                return
+            # `_idle`'s timer, left pending when the arrival wakes it first: it changes nothing
+            # when it fires, but it may be the run's last event (the clock at the end)
+            env.timeout(wake_at - env.now)
+        for delay in delays_to(env.now, e):
+            yield env.timeout(delay)
+        now = env.now  # == e; SimPy's own clock object, as `add_request` reads it
+        while own.next_s <= now:  # the arrivals at ``e``, which woke it (`_finale` may have
+            if own.done:  # taken them and left its mark)
+                own.next_s = math.inf
+                return
+            self._arrive(own.pop(), now)
 
     # -- features and commit ----------------------------------------------------------------------
     def _features(self, plan: StepPlan) -> tuple:

@@ -5,7 +5,9 @@ until the end to build ``requests.csv``. The log keeps only requests still in th
 request is finished or rejected its facts never change, so a sweep copies them into preallocated
 numpy columns and lets the object go (~70 bytes a request).
 
-Invariants: request ids are arrival indices ``0..n-1`` (the cluster numbers them so); every
+Invariants: request ids are arrival indices, and when `table` is called the ``n`` requests
+logged are ids ``0..n-1`` (the cluster numbers them so; replicas that take their own arrivals,
+`cluster.OwnArrivals`, log them out of id order in between); every
 arrived request is in ``_live`` or has been stored, never both; a stored request was FINISHED
 or REJECTED when stored. Sweeps run when ``_live`` has doubled since the last one, so their cost
 is amortized O(1) a request. `table()` gives exactly the columns `metrics.request_table` gives
@@ -49,7 +51,7 @@ class RequestLog:
         self._reasons: dict[int, str] = {}
 
     def add(self, req: Request) -> None:
-        """Record an arrival (``req.id`` must be the number of requests added before it)."""
+        """Record an arrival (by the time of `table`, ids ``0..n-1`` must have been added)."""
         self._live[req.id] = req
         self.num_arrived += 1
         if len(self._live) >= self._sweep_at:

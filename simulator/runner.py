@@ -22,7 +22,7 @@ import simpy
 from policies.routing import ROUTERS
 from simulator import latency as _latency  # noqa: F401  (package init)
 from simulator.cfg import Section
-from simulator.cluster import Cluster
+from simulator.cluster import ArrivalTie, Cluster
 from simulator.config import TOP_LEVEL, folder_name_problem
 from simulator.energy import DEFAULT_USD_PER_KWH, energy_model
 from simulator.engine import MAX_REPLICAS, EngineSpec, mark_all_used
@@ -314,7 +314,7 @@ def fewer_collections():
         gc.set_threshold(*before)
 
 
-def simulate(built: Built, executor_factory=None, progress=None) -> Results:
+def simulate(built: Built, executor_factory=None, progress=None, hand_over=True) -> Results:
     """Run one built experiment to completion (or to its horizon).
 
     ``executor_factory(latency, replica_index) -> StepExecutor`` (default: SimulatedExecutor of
@@ -322,21 +322,12 @@ def simulate(built: Built, executor_factory=None, progress=None) -> Results:
     (profiles/real_executor.py); policies, arrivals and metrics are unchanged.
     ``progress(now_s, requests)`` is called every few thousand events (a terminal's progress
     line); it only reads, so results are the same with or without it.
+    ``hand_over=False``: one SimPy event per arrival even where replicas could take their own
+    (`Cluster.can_hand_over`); the results are the same either way (tests compare them).
     """
     t0 = time.perf_counter()
-    env = simpy.Environment()
+    env, cluster, replicas = _run_events(built, executor_factory, progress, hand_over)
     frontend = getattr(built.latency, "frontend", None)
-    cluster = Cluster(
-        env, built.workload.requests, built.router, keep_requests=False,
-        input_delay=frontend.input_s if frontend else None,
-    )  # fmt: skip
-    replicas = built.make_replicas(env, cluster, executor_factory)
-    cluster.start()
-    with fewer_collections():
-        if progress is None:
-            env.run(until=built.horizon_s)
-        else:
-            _run_reporting(env, built.horizon_s, lambda: progress(env.now, cluster.requests))
     if built.horizon_s is not None:
         end_s = built.horizon_s
         for rep in replicas:
@@ -368,6 +359,43 @@ def simulate(built: Built, executor_factory=None, progress=None) -> Results:
         summary["disaggregation"] = cluster.describe()
     _check_conservation(cluster, replicas, horizon=built.horizon_s is not None)
     return Results(summary, cols, steps, built.resolved, time.perf_counter() - t0)
+
+
+def _run_events(built: Built, executor_factory, progress, hand_over: bool):
+    """The run's environment, cluster and replicas after the event loop.
+
+    Where `Cluster.can_hand_over` (and the executor is the simulated one: a run may start
+    over), the replicas take their own arrivals, one SimPy event a request fewer; if the run
+    meets an exact tie between a replica's event and one of its arrivals (`ArrivalTie`),
+    whose order only one event per arrival reproduces, it starts over that way (a progress
+    callback then sees the clock go back)."""
+    frontend = getattr(built.latency, "frontend", None)
+    while True:
+        env = simpy.Environment()
+        cluster = Cluster(
+            env, built.workload.requests, built.router, keep_requests=False,
+            input_delay=frontend.input_s if frontend else None,
+        )  # fmt: skip
+        replicas = built.make_replicas(env, cluster, executor_factory)
+        hand_over = hand_over and executor_factory is None and cluster.can_hand_over()
+        cluster.start(hand_over)
+        try:
+            _run_loop(env, cluster, built.horizon_s, progress)
+            if hand_over and built.horizon_s is not None:
+                cluster.take_late_arrivals(built.horizon_s)
+        except ArrivalTie:
+            hand_over = False
+            continue
+        return env, cluster, replicas
+
+
+def _run_loop(env: simpy.Environment, cluster: Cluster, until: float | None, progress) -> None:
+    """SimPy's event loop to ``until`` (None: to the end), reporting progress if asked."""
+    with fewer_collections():
+        if progress is None:
+            env.run(until=until)
+        else:
+            _run_reporting(env, until, lambda: progress(env.now, cluster.requests))
 
 
 def gpu_record(gpu: GPUSpec) -> dict:
