@@ -33,7 +33,7 @@ from simulator.errors import ConfigError
 from simulator.executor import idle_wake_s
 from simulator.hardware import load_gpu
 from simulator.latency.base import after_launch_wait
-from simulator.latency.engine_steps import LAUNCH_SHOWS
+from simulator.latency.engine_steps import LAUNCH_SHOWS, MIN_LAUNCHES
 from simulator.models import load_model
 from simulator.precision import Precision
 
@@ -374,11 +374,11 @@ def launch_waits_vs_table(latency, real: list[dict]) -> dict | None:
         q = np.percentile(v, [10, 50, 90]).round(2).tolist() if len(v) else []
         return {"count": len(v), "p10_p50_p90": q}
 
-    # a kind with fewer than 3 attributed launches is charged none: no table statistics
-    counts = getattr(latency, "launch_counts", {True: len(waits[True]), False: len(waits[False])})
+    # a kind with too few attributed launches holds one 0 s placeholder and is charged none:
+    # no table statistics (`EngineStepModel._fit_launch`)
     return {
         kind: {
-            "table": stats(np.asarray(waits[g]) * 1e3 if counts[g] >= 3 else []),
+            "table": stats(np.asarray(waits[g]) * 1e3 if len(waits[g]) >= MIN_LAUNCHES else []),
             "serving": stats(seen[g]),
         }
         for kind, g in (("graph", True), ("eager", False))

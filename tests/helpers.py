@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from simulator.latency.constant import ConstantLatencyModel
 from tests.policy_kit import run, spec
 
-__all__ = ["LinearLatency", "run_engine", "spec", "tiny_config"]
+__all__ = ["LinearLatency", "assert_same_outputs", "run_engine", "spec", "tiny_config"]
 
 
 def tiny_config(
@@ -70,3 +72,15 @@ def run_engine(specs, *, policy="continuous", params=None, latency=None, **kw):
     latency = latency or ConstantLatencyModel(0.01)
     _, reps, cols = run(specs, policy, params, latency=latency, **kw)
     return cols, reps
+
+
+def assert_same_outputs(cols_a: dict, reps_a: list, cols_b: dict, reps_b: list) -> None:
+    """Two runs that must not differ (an optimisation's path against the plain one): every
+    request column equal (NaN equal NaN in float columns), and per replica the step rows, the
+    inter-token gaps with their counts, and the preemptions."""
+    for k in cols_a:
+        assert np.array_equal(cols_a[k], cols_b[k], equal_nan=cols_a[k].dtype.kind == "f"), k
+    for x, y in zip(reps_a, reps_b, strict=True):
+        assert np.array_equal(np.array(x.steps), np.array(y.steps))
+        assert (x.itl_gaps, x.itl_counts) == (y.itl_gaps, y.itl_counts)
+        assert x.num_preemptions == y.num_preemptions

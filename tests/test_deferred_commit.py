@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from simulator.replica import Replica
-from tests.helpers import LongestAwareLatency
+from tests.helpers import LongestAwareLatency, assert_same_outputs
 from tests.policy_kit import run, spec
 
 
@@ -47,22 +47,13 @@ def _run(monkeypatch, specs, coalesce, **kw):
     return cols, reps, seconds[0]
 
 
-def _same(a, ra, b, rb):
-    for k in a:
-        assert np.array_equal(a[k], b[k], equal_nan=a[k].dtype.kind == "f"), k
-    for x, y in zip(ra, rb, strict=True):
-        assert np.array_equal(np.array(x.steps), np.array(y.steps))
-        assert (x.itl_gaps, x.itl_counts) == (y.itl_gaps, y.itl_counts)
-        assert x.num_preemptions == y.num_preemptions
-
-
 @pytest.mark.parametrize("policy", ["continuous", "chunked_prefill", "dynamic", "vllm"])
 @pytest.mark.parametrize("num_blocks", [20_000, 300])  # ample, and tight (preemptions)
 def test_clumped_arrivals(monkeypatch, policy, num_blocks):
     specs = _clumps(1200, 5)
     a, ra, _ = _run(monkeypatch, specs, False, policy=policy, num_blocks=num_blocks)
     b, rb, seconds = _run(monkeypatch, specs, True, policy=policy, num_blocks=num_blocks)
-    _same(a, ra, b, rb)
+    assert_same_outputs(a, ra, b, rb)
     if policy == "continuous":
         assert seconds > 20  # a second arrival found the first one's commit still deferred
     if num_blocks == 300 and policy in ("continuous", "vllm"):
@@ -75,7 +66,7 @@ def test_clumped_arrivals_replicas(monkeypatch, router):
     kw = dict(replicas=3, router=router, num_blocks=600)
     a, ra, _ = _run(monkeypatch, specs, False, **kw)
     b, rb, _ = _run(monkeypatch, specs, True, **kw)
-    _same(a, ra, b, rb)
+    assert_same_outputs(a, ra, b, rb)
 
 
 @pytest.mark.parametrize("until", [3.0, 7.77, 15.0])
@@ -83,7 +74,7 @@ def test_clumped_arrivals_stopped_at_a_horizon(monkeypatch, until):
     specs = _clumps(800, 9)
     a, ra, _ = _run(monkeypatch, specs, False, until=until)
     b, rb, _ = _run(monkeypatch, specs, True, until=until)
-    _same(a, ra, b, rb)
+    assert_same_outputs(a, ra, b, rb)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -103,7 +94,7 @@ def test_arrivals_on_sub_step_ends(seed):
     _, ra, a = run(specs, wrap=lambda rep: setattr(rep, "_defer_ok", False), **kw)
     _, rb, b = run(specs, **kw)
     assert not ra[0]._defer_ok and rb[0]._defer_ok
-    _same(a, ra, b, rb)
+    assert_same_outputs(a, ra, b, rb)
 
 
 @pytest.mark.parametrize("policy", ["continuous", "chunked_prefill"])
@@ -127,5 +118,5 @@ def test_arrivals_cut_runs_planned_past_them(monkeypatch, policy):
 
     monkeypatch.setattr(Replica, "_cut_run", counting)
     _, rb, b = run(specs, policy=policy, latency=LongestAwareLatency())
-    _same(a, ra, b, rb)
+    assert_same_outputs(a, ra, b, rb)
     assert cuts[0] > 100

@@ -111,9 +111,9 @@ def test_launch_waits_serving_beside_the_table_by_hand():
 
 
 class _ThinTable(_Table):
-    """Two graph-sized launches attributed: too few, so that kind is charged none ([0.0])."""
+    """Too few graph-sized launches attributed, so that kind holds the 0 s placeholder and is
+    charged none (`EngineStepModel._fit_launch`)."""
 
-    launch_counts = {True: 2, False: 3}
     launch_waits = {True: [0.0], False: [0.040, 0.050, 0.060]}
 
 

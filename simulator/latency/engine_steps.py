@@ -103,6 +103,8 @@ OUTLIER_FACTOR = 5.0
 #: a step whose stamp interval exceeds its predicted own time this many times waited for the
 #: launch of the step behind it
 LAUNCH_SHOWS = 1.1
+#: attributed launches a kind (graph / eager) needs before any is charged; fewer charge none
+MIN_LAUNCHES = 3
 
 
 def token_knots(max_graph: int, eager_jump: bool) -> tuple[int, ...]:
@@ -412,7 +414,7 @@ class EngineStepModel:
         a graph replay; above it: eager inductor code, tens of ms): the stamp intervals of the
         decode steps whose outputs clearly waited for it (`_attribute`), kept whole
         (``launch_waits``, sorted: the host's spread is what makes token gaps spread) and as
-        their median (``launch``). Fewer than 3 such steps: 0 (nothing is charged).
+        their median (``launch``). Fewer than `MIN_LAUNCHES` such steps: 0 (nothing is charged).
 
         Only behind a decode step is the interval the launch: a decode step's own GPU time is
         short, while behind a step with prompt tokens the interval also holds that step's GPU
@@ -426,10 +428,12 @@ class EngineStepModel:
         for r in train:
             if r["next_tokens"] and r["prefill_tokens"] == 0:
                 waits[self.runs_in_graph(r["next_tokens"])].append(r["wait_s"])
-        #: launches attributed per kind, also where fewer than 3 leave the kind uncharged: how
+        #: launches attributed per kind, also where too few leave the kind uncharged: how
         #: much the launch time of a table stands on (a handful is a thin sample of a host's spread)
         self.launch_counts = {k: len(v) for k, v in waits.items()}
-        self.launch_waits = {k: sorted(v) if len(v) >= 3 else [0.0] for k, v in waits.items()}
+        self.launch_waits = {
+            k: sorted(v) if len(v) >= MIN_LAUNCHES else [0.0] for k, v in waits.items()
+        }
         self.launch = {k: float(np.median(v)) for k, v in self.launch_waits.items()}
 
     def launch_s(self, tokens: int) -> float:
