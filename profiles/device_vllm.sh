@@ -13,9 +13,13 @@ if [ ! -d $VL/site/vllm ]; then
     && python3 -m pip install -q --no-index --no-deps --no-compile --target site deps/*.whl \
     && rm -f all.tar vllm-trim.tar.xz) || { echo "vllm install failed"; exit 3; }
 fi
-# mixture-of-experts kernels, carried apart (parts m00..; profiles/README.md) when a job needs them
-if ls $VL/m[0-9]* >/dev/null 2>&1 && [ ! -f $VL/site/vllm/_moe_C_stable_libtorch.abi3.so ]; then
-  (cd $VL && cat $(ls m[0-9]* | sort) | tar xJf - -C site/vllm && rm -f m[0-9]*) || { echo "moe install failed"; exit 3; }
+# mixture-of-experts kernels, carried apart (parts m00..; profiles/README.md) when a job needs them.
+# Unpacked aside and copied in only whole: a call that carried some of the parts once left a
+# truncated .so in place, which the next call took as installed (a bus error at import)
+if ls $VL/m[0-9]* >/dev/null 2>&1 && [ ! -f $VL/site/.moe_installed ]; then
+  (cd $VL && rm -rf moe.tmp && mkdir moe.tmp && cat $(ls m[0-9]* | sort) | tar xJf - -C moe.tmp \
+    && cp -a moe.tmp/. site/vllm/ && touch site/.moe_installed && rm -rf moe.tmp m[0-9]*) \
+    || { echo "moe install failed (all of m00..m04 carried?)"; rm -rf $VL/moe.tmp; exit 3; }
 fi
 export PYTHONPATH=$VL/site:$PWD PYTHONUNBUFFERED=1
 # NVLink multicast off on shared multi-GPU hosts (profiles/vllm_run.py forces the same)
@@ -26,9 +30,15 @@ run_job() {  # run_job JOB:NAME: one engine job, its folder packed into $OUT/NAM
   [ "${RESUME:-0}" = 1 ] || rm -rf $dir  # RESUME=1 keeps a cut-short run ("resume" in its job)
   mkdir -p $dir
   echo "=== $name ($job) $(date +%T)"
-  # appended: a resumed run's log keeps the cut-short part before it
-  timeout ${JOB_TIMEOUT:-540} python3 -m profiles.vllm_run "$job" --out $dir >> $dir/log.txt 2>&1
-  echo "rc=$? $name $(date +%T)"
+  # appended: a resumed run's log keeps the cut-short part before it. Exit status 75
+  # (vllm_run.MORE_PASSES): a profile phase with passes_per_engine left passes to a fresh
+  # engine process, so start the job again (it resumes) while JOB_TIMEOUT allows
+  local end=$((SECONDS + ${JOB_TIMEOUT:-540})) rc=75
+  while [ $rc = 75 ] && [ $SECONDS -lt $end ]; do
+    timeout $((end - SECONDS)) python3 -m profiles.vllm_run "$job" --out $dir >> $dir/log.txt 2>&1
+    rc=$?
+  done
+  echo "rc=$rc $name $(date +%T)"
   grep -E "^\[|^phase|Error|error|Traceback" $dir/log.txt | tail -n 25
   tar czf $OUT/$name.tgz -C /tmp/runs $name
 }

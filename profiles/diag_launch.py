@@ -10,8 +10,13 @@ against 68 ms (serving) behind prompt steps of 1-4k tokens, and 55 / 58 ms on du
 (validation/vllm-0.24/README.md).
 
 A launch here: D carries no prompt tokens and runs decodes, P carries prompt tokens and was
-planned within `MAX_PLAN_GAP_S` of D (a step planned later waited for something else); the
-launch is ``t_done(D) - t_sched(P)``. Printed per size of P (prompt tokens + decodes).
+planned within `MAX_PLAN_GAP_S` of D (a step planned later waited for something else) and
+before D's output came back; the launch is ``t_done(D) - t_sched(P)``. Printed per size of P
+(prompt tokens + decodes).
+
+Printed per engine process too, where a run had several (a resumed run, or one pass per engine,
+`profiles.vllm_run`): the launch time is drawn per process. The H100 DeepSeek-V2-Lite table's
+two processes, one host, minutes apart: eager launches 99 vs 64 ms, graph ones 20 vs 14 ms.
 
 Run: ``python -m profiles.diag_launch RUN_DIR [RUN_DIR ...]`` (folders with steps.jsonl.*).
 """
@@ -23,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from profiles.vllm_steps import read_steps
+from profiles.vllm_steps import engine_processes, read_steps
 
 #: a prompt step planned more than this after the decode step it follows is not launched behind
 #: it (the loop was waiting for something else first)
@@ -45,7 +50,8 @@ def launches(steps: list[dict]) -> list[tuple[int, float]]:
     for d, p in zip(steps, steps[1:], strict=False):
         if prompt_tokens(d) or not d.get("nd") or not prompt_tokens(p):
             continue
-        if 0 < p["t_sched"] - d["t_sched"] <= MAX_PLAN_GAP_S:
+        # planned after D's output came back: nothing was launched behind D
+        if 0 < p["t_sched"] - d["t_sched"] <= MAX_PLAN_GAP_S and p["t_sched"] < d["t_done"]:
             out.append((prompt_tokens(p) + p.get("nd", 0), d["t_done"] - p["t_sched"]))
     return out
 
@@ -62,15 +68,55 @@ def by_size(found: list[tuple[int, float]]) -> list[dict]:
     return rows
 
 
+def by_process(steps: list[dict]) -> list[list[dict]]:
+    """``steps`` split by engine process (`profiles.vllm_steps.engine_processes`), in order."""
+    procs = engine_processes(steps)
+    out: list[list[dict]] = [[] for _ in range(max(procs, default=-1) + 1)]
+    for p, s in zip(procs, steps, strict=True):
+        out[p].append(s)
+    return out
+
+
+def launches_by_process(steps: list[dict], graph_max: int) -> list[dict]:
+    """Per engine process: its steps, and the count and median (ms) of its launches within the
+    largest CUDA graph (``graph``: launched steps of at most ``graph_max`` tokens) and above it
+    (``eager``); a kind with no launch has a null median. What a table's meta.yaml records: how
+    far its processes' launch times lie apart."""
+    out = []
+    for part in by_process(steps):
+        found = launches(part)
+        kinds = {"graph": [w for n, w in found if n <= graph_max],
+                 "eager": [w for n, w in found if n > graph_max]}  # fmt: skip
+        out.append({
+            "steps": len(part),
+            **{k: {"launches": len(v),
+                   "p50_ms": round(float(np.median(v)) * 1e3, 2) if v else None}
+               for k, v in kinds.items()},
+        })  # fmt: skip
+    return out
+
+
+def _print(found: list[tuple[int, float]], indent: str) -> None:
+    for r in by_size(found):
+        print(f"{indent}{r['tokens']:>14} tokens: {r['n']:4d} launches, p10 / p50 / p90 "
+              f"{r['p10']:.1f} / {r['p50']:.1f} / {r['p90']:.1f} ms")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("runs", nargs="+", help="run folders holding steps.jsonl.*")
     for run in ap.parse_args(argv).runs:
+        if not Path(run).is_dir():
+            ap.error(f"{run}: not a folder (expected a run folder holding steps.jsonl.*)")
         steps = read_steps(str(Path(run) / "steps.jsonl"))
-        print(f"{run}: {len(steps)} steps")
-        for r in by_size(launches(steps)):
-            print(f"  {r['tokens']:>14} tokens: {r['n']:4d} launches, p10 / p50 / p90 "
-                  f"{r['p10']:.1f} / {r['p50']:.1f} / {r['p90']:.1f} ms")  # fmt: skip
+        if not steps:
+            ap.error(f"{run}: no steps.jsonl.* here (expected a run folder of profiles.vllm_run)")
+        procs = by_process(steps)
+        print(f"{run}: {len(steps)} steps, {len(procs)} engine process(es)")
+        _print(launches(steps), "  ")
+        for k, part in enumerate(procs if len(procs) > 1 else []):
+            print(f"  engine process {k} ({len(part)} steps):")
+            _print(launches(part), "    ")
     return 0
 
 

@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import json
 import sys
@@ -75,6 +74,13 @@ def profile_main(argv: list[str]) -> int:
         default=vllm_grid.REPEATS,
         help="passes over the scenario grid; a step's time is the median of its repeats",
     )
+    ap.add_argument(
+        "--passes-per-engine",
+        type=positive_int,
+        default=1,
+        help="passes run by one engine process before a fresh one takes the next (default 1: "
+        "a prompt step's launch time differs between engine processes, profiles/vllm_run.py)",
+    )
     a = ap.parse_args(argv)
     spec = dataclasses.replace(
         _resolve_model(a.model), weights=a.weights, kv_cache_dtype=a.kv_cache_dtype
@@ -87,7 +93,13 @@ def profile_main(argv: list[str]) -> int:
     out = check_out_dir(a.out)
     raw = out / "raw"
     if not a.rebuild:
-        phase = {"name": "profile", "kind": "profile", "repeats": a.repeats}
+        phase = {
+            "name": "profile",
+            "kind": "profile",
+            "repeats": a.repeats,
+            "passes_per_engine": a.passes_per_engine,
+            "resume": True,  # each engine after the first continues the run (fresh raw/ below)
+        }
         if a.shard and a.tp < 2:
             raise ConfigError("<cli>", "--shard", "needs --tp 2 or more (the layout sharded)")
         _run_engine_job(spec, a.tp, raw, [phase], shard=a.shard, expert_parallel=ep)
@@ -107,11 +119,17 @@ def _run_engine_job(
         ) from None
     from profiles import vllm_run
 
+    if (raw / "engine.json").exists():
+        raise ConfigError(
+            "--out", str(raw), "already holds a recorded run: pick a new folder, or --rebuild it"
+        )
     mdir = write_model_dir(spec, raw / "model", tp if shard else None)
     job = engine_jobs.engine_job(spec, str(mdir), tp, shard, bool(expert_parallel))
     job["phases"] = phases
     (raw / "job.json").write_text(json.dumps(job))
-    asyncio.run(vllm_run.main_async(job, raw))
+    rc = vllm_run.run_until_done(raw / "job.json", raw)
+    if rc != 0:
+        raise ConfigError("--engine", "vllm", f"the engine job exited with status {rc} ({raw})")
 
 
 def _build_and_report(raw: Path, out: Path, key: str | None, spec, tp: int, ep=None) -> int:

@@ -211,6 +211,13 @@ def _wide_outs(b: int, graph: int) -> list[int]:
     return [DECODE_OUT + min(i, b - graph) // WIDE_END_PER_STEP for i in range(b)]
 
 
+def pass_index(scenario_id: str) -> int:
+    """Which pass over the grid a scenario id belongs to (`repeated`: ``<id>~r<r>``; 0 for a
+    base id)."""
+    _, sep, r = scenario_id.rpartition(REPEAT_SEP)
+    return int(r) if sep and r.isdigit() else 0
+
+
 def repeated(scs: list[dict], repeats: int) -> list[dict]:
     """The grid run ``repeats`` times over, pass after pass (not scenario after scenario, so
     that the repeats of one scenario are minutes apart and share no transient host state).

@@ -6,10 +6,14 @@ scheduling, chunked prefill with 8192 batched tokens, prefix caching, FlashAtten
 piecewise CUDA graphs) on a generated ``config.json`` with dummy weights, then runs the job's
 phases on it:
 
-* ``{"name", "kind": "profile", "seed", "limit"?, "max_scenario_tokens"?, "resume"?}``: the
-  scenarios of `profiles.vllm_grid` (the first ``limit`` only, for a smoke test), one after
-  another with the engine idle between, each saved as it finishes (``resume``: skip those a
-  previous run into the same folder finished);
+* ``{"name", "kind": "profile", "seed", "limit"?, "max_scenario_tokens"?, "repeats"?,
+  "resume"?, "passes_per_engine"?}``: the scenarios of `profiles.vllm_grid` (the first ``limit``
+  only, for a smoke test), one after another with the engine idle between, each saved as it
+  finishes (``resume``: skip those a previous run into the same folder finished);
+  ``passes_per_engine: N`` (needs ``resume``) ends the process after N passes over the grid
+  with the exit status `MORE_PASSES`, and the caller starts a fresh engine for the next N
+  (`run_until_done`, `profiles/device_vllm.sh`), so a table's launches come from several
+  engine processes (`run_profile` says why);
 * ``{"name", "kind": "replay", "arrivals": FILE}``: requests submitted at their arrival times,
   one asyncio task per request, streaming tokens (what a serving client sees).
 
@@ -41,6 +45,7 @@ import gzip
 import json
 import os
 import random
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -71,6 +76,10 @@ MULTICAST_OFF = {
 #: (vllm/distributed/device_communicators/symm_mem.py, ``_WORLD_SIZES_MULTIMEM["9.0"]``); there
 #: it is turned off and the engine config records it. At TP2 it is two-shot and stays on.
 MULTIMEM_TP = (4, 6, 8)
+#: exit status of a job whose profile phase left passes to a fresh engine process
+#: (``passes_per_engine``; EX_TEMPFAIL: "try again"), which `run_until_done` and
+#: `profiles/device_vllm.sh` answer by starting the job again
+MORE_PASSES = 75
 #: the largest decode batch of the warm-up drain before any recorded phase (`main_async`)
 WARMUP_DRAIN = 32
 #: the token counts of vLLM's tuned fused-MoE configurations (the keys of its per-GPU config
@@ -253,7 +262,16 @@ async def _arrive(client: Client, sc: dict) -> None:
 async def run_profile(client: Client, phase: dict, facts: dict, out: Path) -> dict:
     """Run the grid's scenarios; each finished one is appended to ``profile.partial.jsonl`` at
     once (its window and its requests), so a run cut short keeps what it finished and a job
-    with ``"resume": true`` skips the scenarios a previous engine process finished."""
+    with ``"resume": true`` skips the scenarios a previous engine process finished.
+
+    With ``passes_per_engine: N`` this process runs N passes (from the first unfinished one)
+    and leaves the rest (``unfinished``) to a fresh engine. Why: the host time of launching a
+    prompt step is a property of the engine process as much as of the machine. Two processes of
+    one three-pass grid on one H100, minutes apart, launched DeepSeek-V2-Lite's eager prompt
+    steps in a median 99 and 64 ms (graph ones 20 and 14 ms); on one H200 the int4 Llama-3-8B
+    grid's process launched its eager steps in 27 ms and the serving replay's process after it
+    in 15-17 ms (validation/vllm-0.24/README.md). A table whose launches all come from one
+    process carries that process's draw; one pass per process samples the spread."""
     kv_tokens = facts["cache"]["num_gpu_blocks"] * facts["cache"]["block_size"]
     scs = vllm_grid.scenarios(
         facts["model"]["max_model_len"],
@@ -271,9 +289,10 @@ async def run_profile(client: Client, phase: dict, facts: dict, out: Path) -> di
     done = {d["scenario"]["id"] for d in read_partial(partial)} if phase.get("resume") else set()
     if not phase.get("resume"):
         partial.unlink(missing_ok=True)
-    for sc in scs:
-        if sc["id"] in done:
-            continue
+    todo = this_engines_share(
+        [sc for sc in scs if sc["id"] not in done], phase.get("passes_per_engine")
+    )
+    for sc in todo:
         rec = await run_scenario(client, sc)
         reqs = {k: v for k, v in client.records.items() if k.startswith(sc["id"] + "/")}
         with open(partial, "a") as f:
@@ -286,7 +305,18 @@ async def run_profile(client: Client, phase: dict, facts: dict, out: Path) -> di
         "scenarios": [d["scenario"] for d in finished],
         "grid_scenarios": grid,
         "repeats": phase.get("repeats", 1),
+        "unfinished": len({sc["id"] for sc in scs} - {d["scenario"]["id"] for d in finished}),
     }
+
+
+def this_engines_share(todo: list[dict], passes: int | None) -> list[dict]:
+    """The scenarios of ``todo`` (unfinished, in grid order) that this engine process runs:
+    all, or with ``passes`` those of the first ``passes`` passes from the first unfinished one
+    (pass ``r`` is the ``~r<r>`` suffix `vllm_grid.repeated` gives; the base grid is pass 0)."""
+    if not passes or not todo:
+        return todo
+    first = vllm_grid.pass_index(todo[0]["id"])
+    return [sc for sc in todo if vllm_grid.pass_index(sc["id"]) < first + passes]
 
 
 def read_partial(path: Path) -> list[dict]:
@@ -318,10 +348,12 @@ async def run_replay(client: Client, phase: dict) -> dict:
     return {"t_origin": t0, "fingerprint": data.get("fingerprint")}
 
 
-async def main_async(job: dict, out: Path) -> None:
-    """Run ``job`` into ``out``; the one entry of a job, in its own process
-    (``python -m profiles.vllm_run``) or in the CLI's (`profiles.vllm_cli`): the serving
-    environment, NVLink multicast off included, is set here, before vLLM is imported."""
+async def main_async(job: dict, out: Path) -> int:
+    """Run ``job`` into ``out`` on one engine; the one entry of a job, in its own process
+    (``python -m profiles.vllm_run``, which `run_until_done` starts): the serving environment,
+    NVLink multicast off included, is set here, before vLLM is imported. Returns 0, or
+    `MORE_PASSES` when a profile phase left passes to a fresh engine (later phases not run)."""
+    check_passes_per_engine(job)
     model_cfg = json.loads((Path(job["model_dir"]) / "config.json").read_text())
     env = serve_env(job.get("tp", 1), model_cfg)
     os.environ.update(env)
@@ -374,9 +406,41 @@ async def main_async(job: dict, out: Path) -> None:
                 flush=True,
             )
             await asyncio.sleep(1.0)  # let the step log flush
+            if info.get("unfinished") and phase.get("passes_per_engine"):
+                left = info["unfinished"]
+                print(f"phase {phase['name']}: {left} scenarios left to a fresh engine")
+                return MORE_PASSES
     finally:
         energy.stop()
         engine.shutdown()
+    return 0
+
+
+def check_passes_per_engine(job: dict) -> None:
+    """A phase that leaves passes to the next engine must resume in it: without ``resume`` the
+    next process would drop what this one recorded and start over, forever."""
+    for phase in job["phases"]:
+        n = phase.get("passes_per_engine")
+        if n is None:
+            continue
+        if phase.get("kind") != "profile" or not isinstance(n, int) or n < 1:
+            raise SystemExit(f"phase {phase.get('name')}: passes_per_engine is for a profile "
+                             f"phase and must be an integer >= 1, got {n!r}")  # fmt: skip
+        if not phase.get("resume"):
+            raise SystemExit(f"phase {phase.get('name')}: passes_per_engine needs resume: true")
+
+
+def run_until_done(job_path: Path, out: Path, max_engines: int = 16) -> int:
+    """Run the job in a fresh ``python -m profiles.vllm_run`` process (so a fresh engine core)
+    until no phase leaves passes (`MORE_PASSES`); the exit status of the last process. Why a
+    process each and not a new engine in one process: that is the path the lent machines run
+    (`profiles/device_vllm.sh` loops the same way), and nothing of one engine outlives it."""
+    cmd = [sys.executable, "-m", "profiles.vllm_run", str(job_path), "--out", str(out)]
+    for _ in range(max_engines):
+        rc = subprocess.run(cmd, check=False).returncode
+        if rc != MORE_PASSES:
+            return rc
+    raise SystemExit(f"{job_path}: still unfinished after {max_engines} engine processes")
 
 
 async def warm_up(engine, vocab: int, facts: dict) -> None:
@@ -433,8 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     job = json.loads(Path(a.job).read_text())
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    asyncio.run(main_async(job, out))
-    return 0
+    return asyncio.run(main_async(job, out))
 
 
 if __name__ == "__main__":

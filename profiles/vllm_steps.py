@@ -127,15 +127,44 @@ def install(path: str) -> None:
 
 def read_steps(path_prefix: str) -> list[dict]:
     """All step records written under ``path_prefix`` (one file per engine-core process,
-    ``.gz`` when archived), ordered by completion time."""
+    ``.gz`` when archived), ordered by completion time. Read from several files, each row
+    carries ``proc``: its engine process, numbered in the order they started (an archived
+    run's single file keeps the numbers it was written with; `engine_processes`)."""
     folder = os.path.dirname(path_prefix) or "."
     base = os.path.basename(path_prefix)
-    rows: list[dict] = []
+    files: list[list[dict]] = []
     for name in sorted(os.listdir(folder)):
         if name.startswith(base + "."):
             path = os.path.join(folder, name)
             opener = gzip.open if name.endswith(".gz") else open
             with opener(path, "rt") as f:
-                rows.extend(json.loads(line) for line in f if line.strip())
+                files.append([json.loads(line) for line in f if line.strip()])
+    files = [f for f in files if f]
+    if len(files) > 1:
+        files.sort(key=lambda f: min(r["t_sched"] for r in f))
+        for k, f in enumerate(files):
+            for r in f:
+                r["proc"] = k
+    rows = [r for f in files for r in f]
     rows.sort(key=lambda r: r["t_done"])
     return rows
+
+
+#: no step for this long means the engine restarted (a start with compile, graph capture and
+#: warm-up took 40-110 s on the lent machines; a profile scenario waits 0.15 s for the next):
+#: how `engine_processes` tells processes apart in runs archived before rows carried ``proc``
+RESTART_GAP_S = 20.0
+
+
+def engine_processes(steps: list[dict]) -> list[int]:
+    """The engine process (0, 1, ... in start order) of each step of ``steps`` (completion
+    order): the rows' ``proc`` where every row has one, else a new process after every idle
+    gap of `RESTART_GAP_S` (one engine idle that long would read as two)."""
+    if steps and all("proc" in r for r in steps):
+        return [r["proc"] for r in steps]
+    out, k = [], 0
+    for i, r in enumerate(steps):
+        if i and r["t_sched"] - steps[i - 1]["t_done"] > RESTART_GAP_S:
+            k += 1
+        out.append(k)
+    return out

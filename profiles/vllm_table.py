@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from profiles.diag_launch import launches_by_process
 from profiles.gpu_energy import energy_between, read_energy
 from profiles.vllm_contexts import decode_contexts
 from profiles.vllm_run import read_partial
@@ -578,6 +579,9 @@ def build_table(
         for i, r in enumerate(rows):
             w.writerow({"step_id": i, **r})
     measured = {
+        "launches_by_engine_process": launches_by_process(
+            steps, engine["compilation"]["max_cudagraph_capture_size"]
+        ),
         "precision": precision,
         "weights_loaded_gib_per_gpu": loaded_gib,
         "energy": _write_energy(run_dir, out_dir, phase, rows, spec),
@@ -736,6 +740,8 @@ def _meta(run_dir: Path, engine: dict, gpu_key: str, spec: ModelSpec, tp: int, m
         "steps": m["steps"],
         "step_time": "interval from max(previous completion, plan) to completion, engine clock",
         "frontend": m["frontend"],
+        # a prompt step's launch time is drawn per engine process (profiles/vllm_run.py)
+        "launches_by_engine_process": m["launches_by_engine_process"],
         "energy": m["energy"],
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         # when the engine ran (runs recorded before 2026-11-27 did not stamp it)

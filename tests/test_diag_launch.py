@@ -26,3 +26,31 @@ def test_a_launch_is_the_decode_steps_output_after_the_prompt_steps_plan():
     rows = by_size(launches(steps))
     assert [(r["tokens"], r["n"]) for r in rows] == [("1025-4096", 1), ("4097-8192", 1)]
     assert abs(rows[0]["p50"] - 5.0) < 1e-9 and abs(rows[1]["p50"] - 99.0) < 1e-9
+
+
+def test_a_prompt_step_planned_after_the_decode_step_returned_is_no_launch():
+    steps = [_step(0.000, 0.010, 4), _step(0.012, 0.030, 4, [2000])]
+    assert launches(steps) == []
+
+
+def test_launches_are_summarised_per_engine_process_graph_and_eager_apart():
+    """Rows tagged with their process (`read_steps` of several files) are split by it; a run
+    archived without tags splits at a restart-long idle gap (`RESTART_GAP_S`)."""
+    from profiles.diag_launch import launches_by_process
+
+    first = [
+        _step(0.000, 0.010, 4),
+        _step(0.004, 0.020, 4, [100]),  # graph launch 6 ms
+        _step(0.020, 0.050, 4),
+        _step(0.030, 0.090, 4, [2000]),
+    ]  # eager launch 20 ms
+    second = [_step(60.0, 60.010, 4), _step(60.002, 60.040, 4, [3000])]  # eager 8 ms, after 60 s
+    got = launches_by_process(first + second, graph_max=512)
+    assert [p["steps"] for p in got] == [4, 2]
+    assert got[0]["graph"] == {"launches": 1, "p50_ms": 6.0}
+    assert got[0]["eager"] == {"launches": 1, "p50_ms": 20.0}
+    assert got[1]["graph"] == {"launches": 0, "p50_ms": None}
+    assert got[1]["eager"] == {"launches": 1, "p50_ms": 8.0}
+    # tagged rows win over gaps: all in one process although 60 s apart
+    tagged = [{**s, "proc": 0} for s in first + second]
+    assert [p["steps"] for p in launches_by_process(tagged, graph_max=512)] == [6]

@@ -181,8 +181,10 @@ def _engine_job(out: Path, model: str, tp: int, shard: bool = False, ep: bool = 
 
 def _profile_job(out: Path, name: str, job: dict) -> None:
     # resumable: with RESUME=1, device_vllm.sh keeps a cut-short run's folder and this phase
-    # skips the scenarios it finished
+    # skips the scenarios it finished; one pass per engine process (vllm_run.run_profile: a
+    # prompt step's launch time is drawn per process), device_vllm.sh starting the next
     phase = {"name": "profile", "kind": "profile", "seed": 0, "resume": True}
+    phase["passes_per_engine"] = 1
     phase["repeats"] = vllm_grid.REPEATS
     for size, (cap, repeats) in GRID_LIMITS.items():
         if size in name:
