@@ -6,7 +6,8 @@
 set -uo pipefail
 VL=/root/vl
 mkdir -p $VL
-mv .vllm/p[0-9]* .vllm/m[0-9]* $VL/ 2>/dev/null || true
+# parts carried loose or in the upload folders (.vllm/u1 ...), as profiles/README.md carries them
+mv .vllm/p[0-9]* .vllm/m[0-9]* .vllm/u*/p[0-9]* .vllm/u*/m[0-9]* $VL/ 2>/dev/null || true
 if [ ! -d $VL/site/vllm ]; then
   (cd $VL && cat $(ls p[0-9]* | sort) > all.tar && sha256sum all.tar && tar xf all.tar && mkdir -p site \
     && tar xJf vllm-trim.tar.xz -C site \

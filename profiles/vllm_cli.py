@@ -36,7 +36,7 @@ from simulator.precision import KV_CACHE_DTYPES, WEIGHT_FORMATS
 ENGINES = ("vllm",)
 
 
-def profile_main(argv: list[str]) -> int:
+def _profile_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="servesim profile --engine vllm")
     ap.add_argument("--engine", choices=ENGINES, required=True, help="serving engine to time")
     ap.add_argument("--model", required=True, help="catalog model name")
@@ -81,7 +81,11 @@ def profile_main(argv: list[str]) -> int:
         help="passes run by one engine process before a fresh one takes the next (default 1: "
         "a prompt step's launch time differs between engine processes, profiles/vllm_run.py)",
     )
-    a = ap.parse_args(argv)
+    return ap
+
+
+def profile_main(argv: list[str]) -> int:
+    a = _profile_parser().parse_args(argv)
     spec = dataclasses.replace(
         _resolve_model(a.model), weights=a.weights, kv_cache_dtype=a.kv_cache_dtype
     )

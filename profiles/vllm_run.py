@@ -366,6 +366,29 @@ async def main_async(job: dict, out: Path) -> int:
     engine = start_engine(
         job["model_dir"], job.get("tp", 1), {**args, **job.get("engine", {})}, load_format
     )
+    facts = _record_facts(engine, job, prec, env, out)
+    vocab = model_cfg["vocab_size"]
+    await warm_up(engine, vocab, facts)
+    energy = gpu_energy.EnergySampler(out / f"energy.{os.getpid()}.jsonl").start()
+    t_idle = time.monotonic()
+    await asyncio.sleep(2.0)  # an idle window: the engine's power with nothing to run
+    energy.mark("idle_window", t_idle, time.monotonic())
+    try:
+        for phase in job["phases"]:
+            info = await _run_phase(engine, vocab, phase, facts, out)
+            if info.get("unfinished") and phase.get("passes_per_engine"):
+                left = info["unfinished"]
+                print(f"phase {phase['name']}: {left} scenarios left to a fresh engine")
+                return MORE_PASSES
+    finally:
+        energy.stop()
+        engine.shutdown()
+    return 0
+
+
+def _record_facts(engine, job: dict, prec: dict, env: dict, out: Path) -> dict:
+    """The engine's effective config and what the job asked for, written to ``engine.json``
+    (each engine of a resumed or multi-engine run rewrites it: the last start's)."""
     facts = engine_facts(engine)
     facts["job"], facts["precision"] = job, prec
     facts["routing"] = job.get("routing", "dummy")
@@ -380,40 +403,28 @@ async def main_async(job: dict, out: Path) -> int:
     facts["engine_started_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     (out / "engine.json").write_text(json.dumps(facts, indent=1))
     print(json.dumps(facts), flush=True)
-    vocab = model_cfg["vocab_size"]
-    await warm_up(engine, vocab, facts)
-    energy = gpu_energy.EnergySampler(out / f"energy.{os.getpid()}.jsonl").start()
-    t_idle = time.monotonic()
-    await asyncio.sleep(2.0)  # an idle window: the engine's power with nothing to run
-    energy.mark("idle_window", t_idle, time.monotonic())
-    try:
-        for phase in job["phases"]:
-            client = Client(engine, vocab, phase.get("seed", 0))
-            t0 = time.monotonic()
-            if phase["kind"] == "profile":
-                info = await run_profile(client, phase, facts, out)
-            else:
-                info = await run_replay(client, phase)
-            info.update(name=phase["name"], t0=t0, t1=time.monotonic(), requests=client.records)
-            # written aside, then renamed: a job timeout during the write (seen twice, on
-            # three-pass runs of 27k requests) leaves no truncated file for RESUME to trip on
-            dest = out / f"{phase['name']}.json.gz"
-            with gzip.open(dest.with_suffix(".tmp"), "wt") as f:
-                json.dump(info, f)
-            os.replace(dest.with_suffix(".tmp"), dest)
-            print(
-                f"phase {phase['name']}: {info['t1'] - t0:.1f} s, {len(client.records)} requests",
-                flush=True,
-            )
-            await asyncio.sleep(1.0)  # let the step log flush
-            if info.get("unfinished") and phase.get("passes_per_engine"):
-                left = info["unfinished"]
-                print(f"phase {phase['name']}: {left} scenarios left to a fresh engine")
-                return MORE_PASSES
-    finally:
-        energy.stop()
-        engine.shutdown()
-    return 0
+    return facts
+
+
+async def _run_phase(engine, vocab: int, phase: dict, facts: dict, out: Path) -> dict:
+    """Run one phase and write ``<name>.json.gz`` (its requests, window and what it ran)."""
+    client = Client(engine, vocab, phase.get("seed", 0))
+    t0 = time.monotonic()
+    if phase["kind"] == "profile":
+        info = await run_profile(client, phase, facts, out)
+    else:
+        info = await run_replay(client, phase)
+    info.update(name=phase["name"], t0=t0, t1=time.monotonic(), requests=client.records)
+    # written aside, then renamed: a job timeout during the write (seen twice, on
+    # three-pass runs of 27k requests) leaves no truncated file for RESUME to trip on
+    dest = out / f"{phase['name']}.json.gz"
+    with gzip.open(dest.with_suffix(".tmp"), "wt") as f:
+        json.dump(info, f)
+    os.replace(dest.with_suffix(".tmp"), dest)
+    print(f"phase {phase['name']}: {info['t1'] - t0:.1f} s, {len(client.records)} requests",
+          flush=True)  # fmt: skip
+    await asyncio.sleep(1.0)  # let the step log flush
+    return info
 
 
 def check_passes_per_engine(job: dict) -> None:

@@ -124,3 +124,27 @@ def test_an_archived_run_without_process_tags_splits_at_restart_gaps(tmp_path):
     steps = read_steps(str(tmp_path / "steps.jsonl"))
     assert "proc" not in steps[0]  # one file: nothing to tell apart
     assert engine_processes(steps) == [0, 0, 0, 1, 1]  # 9.5 s idle is one engine; 35 s is two
+
+
+def test_a_phase_is_written_whole_with_what_it_left(tmp_path, monkeypatch):
+    """`_run_phase` writes ``<name>.json.gz`` (renamed into place, no ``.tmp`` left) with the
+    phase's window, requests and its ``unfinished`` count, which `main_async` reads to end the
+    engine."""
+
+    async def fake_profile(client, phase, facts, out):
+        client.records["dec_b1/0"] = {"prompt": 1, "out": 1}
+        return {"scenarios": [], "unfinished": 3}
+
+    async def no_sleep(_s):
+        return None
+
+    monkeypatch.setattr(vllm_run, "run_profile", fake_profile)
+    monkeypatch.setattr(vllm_run.asyncio, "sleep", no_sleep)
+    phase = {"name": "profile", "kind": "profile"}
+    info = asyncio.run(vllm_run._run_phase(object(), 100, phase, {}, tmp_path))
+    with gzip.open(tmp_path / "profile.json.gz", "rt") as f:
+        stored = json.load(f)
+    assert stored["unfinished"] == info["unfinished"] == 3
+    assert stored["requests"] == {"dec_b1/0": {"prompt": 1, "out": 1}}
+    assert stored["name"] == "profile" and stored["t1"] >= stored["t0"]
+    assert not list(tmp_path.glob("*.tmp"))
