@@ -17,7 +17,11 @@ counts the prompt-step launches behind decode steps the table's fit attributed, 
 largest CUDA graph / above it (`EngineStepModel._fit_launch`): the simulator draws every such
 launch from these, so they set light-load TTFT and token-gap tails, and a handful (tables
 recorded before the grid's ``arrive`` family: 4 / 12 for the H100 Llama-3-8B table) is a thin
-sample of a host's spread; under 3, that kind is charged no launch.
+sample of a host's spread; under 3, that kind is charged no launch. ``eager ms by process``:
+the median eager launch of each engine process the table's run used, read from its raw stamps
+(meta.yaml ``launches_by_engine_process``; processes without eager launches left out): the
+launch time is drawn per process (profiles/README.md, "One pass per engine process"), so one
+value is one draw and several show the spread.
 
 Floor (issue 13 / 15): held-out median <= 5% and p95 <= 10% of whole-step time. No GPU needed.
 """
@@ -41,7 +45,7 @@ FLOOR_MEDIAN, FLOOR_P95 = 0.05, 0.10
 
 COLUMNS = (
     "table", "steps", "stamps out", "median", "p95", "decode-only p95", "with-prefill p95",
-    "spread p95", "energy", "launches", "floor",
+    "spread p95", "energy", "launches", "eager ms by process", "floor",
 )  # fmt: skip
 
 
@@ -66,6 +70,11 @@ def table_row(table_dir: Path) -> dict:
         "stamps_out": _stamps_out(m.meta.get("steps") or {}),
         "energy": m.energy.heldout() if m.energy is not None else None,
         "launches": (m.launch_counts[True], m.launch_counts[False]),
+        "eager_by_process": [
+            p["eager"]["p50_ms"]
+            for p in m.meta.get("launches_by_engine_process") or []
+            if p["eager"]["p50_ms"] is not None
+        ],
     }
     row["meets_floor"] = row["median"] <= FLOOR_MEDIAN and row["p95"] <= FLOOR_P95
     return row
@@ -90,6 +99,11 @@ def _launch_cell(counts: tuple[int, int] | None) -> str:
     return "-" if counts is None else f"{counts[0]} / {counts[1]}"
 
 
+def _by_process_cell(medians: list[float] | None) -> str:
+    """Each engine process's median eager launch (ms), or ``-`` (none recorded)."""
+    return " / ".join(f"{v:.0f}" for v in medians) if medians else "-"
+
+
 def format_rows(rows: list[dict]) -> str:
     """A markdown table of `table_row`s and a count of those meeting the floor."""
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
@@ -98,6 +112,7 @@ def format_rows(rows: list[dict]) -> str:
             r["table"], f"{r['steps']:,}", _cell(r.get("stamps_out")),
             _cell(r["median"]), _cell(r["p95"]), _cell(r["decode_p95"]), _cell(r["prefill_p95"]),
             _cell(r["spread_p95"]), _energy_cell(r.get("energy")), _launch_cell(r.get("launches")),
+            _by_process_cell(r.get("eager_by_process")),
             "met" if r["meets_floor"] else "**missed**",
         ]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")

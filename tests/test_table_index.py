@@ -44,27 +44,37 @@ def test_a_row_is_the_tables_own_heldout_report(tmp_path):
     assert row["energy"] == EngineStepModel(dest, "llama-3-70b", 2).energy.heldout()
     m = EngineStepModel(dest, "llama-3-70b", 2)
     assert row["launches"] == (m.launch_counts[True], m.launch_counts[False])
+    procs = yaml.safe_load((dest / "meta.yaml").read_text())["launches_by_engine_process"]
+    assert row["eager_by_process"] == [p["eager"]["p50_ms"] for p in procs]
+
+
+def test_the_by_process_cell_lists_each_engines_eager_launch_median():
+    rows = [{**_row(0.01, 0.02), "eager_by_process": [98.87, 64.11]}, _row(0.01, 0.02)]
+    lines = format_rows(rows).splitlines()
+    assert lines[2].endswith("| 99 / 64 | met |") and lines[3].endswith("| - | met |")
 
 
 def test_the_launch_cell_counts_graph_and_eager_launches_or_a_dash():
     lines = format_rows([{**_row(0.01, 0.02), "launches": (4, 12)}, _row(0.01, 0.02)]).splitlines()
-    assert lines[2].endswith("| - | 4 / 12 | met |") and lines[3].endswith("| - | - | met |")
+    assert lines[2].endswith("| - | 4 / 12 | - | met |") and lines[3].endswith(
+        "| - | - | - | met |"
+    )
 
 
 def test_the_energy_cell_is_median_and_p95_or_a_dash():
     with_energy = {**_row(0.01, 0.02), "energy": {"scenarios": 9, "median": 0.011, "p95": 0.056}}
     no_test = {**_row(0.01, 0.02), "energy": {"scenarios": 0}}
     lines = format_rows([with_energy, no_test, _row(0.01, 0.02)]).splitlines()
-    assert lines[2].endswith("| 1.1% / 5.6% | - | met |")
-    assert lines[3].endswith("| - | - | met |") and lines[4].endswith("| - | - | met |")
+    assert lines[2].endswith("| 1.1% / 5.6% | - | - | met |")
+    assert lines[3].endswith("| - | - | - | met |") and lines[4].endswith("| - | - | - | met |")
 
 
 def test_the_floor_is_median_5_and_p95_10_percent_inclusive():
     text = format_rows([_row(0.05, 0.10), _row(0.01, 0.1001), _row(0.0501, 0.02, 0.034)])
     lines = text.splitlines()
-    assert lines[2].endswith("| 5.0% | 10.0% | 10.0% | 10.0% | - | - | - | met |")
+    assert lines[2].endswith("| 5.0% | 10.0% | 10.0% | 10.0% | - | - | - | - | met |")
     assert lines[3].endswith("| **missed** |")
-    assert lines[4].endswith("| 3.4% | - | - | **missed** |")
+    assert lines[4].endswith("| 3.4% | - | - | - | **missed** |")
     assert lines[-1].startswith("1 of 3 tables meet the floor")
 
 
