@@ -33,7 +33,7 @@ from profiles.diag_launch import launches_by_process
 from profiles.gpu_energy import energy_between, read_energy
 from profiles.vllm_contexts import decode_contexts
 from profiles.vllm_run import read_partial
-from profiles.vllm_steps import read_steps, record_key
+from profiles.vllm_steps import engine_processes, read_steps, record_key
 from simulator.energy import ENERGY_COLUMNS, EXPERT_TERM, ExpertReads
 from simulator.errors import ConfigError
 from simulator.hardware import load_gpu
@@ -62,8 +62,13 @@ def step_rows(steps: list[dict], reads=None, contexts: list | None = None) -> li
     ``reads`` (`simulator.served.WindowedReads`, a model with sliding layers): the attention
     features count the keys actually read, as the simulator charges them; a decode past the
     window needs the step's decode contexts (``contexts``, per step, `profiles.vllm_contexts`),
-    and a step whose contexts are unknown gets ``decode_ctx`` None (left out of a table)."""
+    and a step whose contexts are unknown gets ``decode_ctx`` None (left out of a table).
+
+    ``proc`` is the engine process that ran the step (`profiles.vllm_steps.engine_processes`):
+    a table's launch times are put on one scale across processes
+    (`simulator.latency.engine_steps.launches_across_processes`)."""
     rows, prev = [], None
+    procs = engine_processes(steps)
     for k, s in enumerate(steps):
         idle = prev is None or s["t_sched"] >= prev
         start = s["t_sched"] if idle else prev
@@ -79,6 +84,7 @@ def step_rows(steps: list[dict], reads=None, contexts: list | None = None) -> li
                 "decode_max": s["dmax"],
                 "after_idle": int(idle),
                 "dur_us": round((s["t_done"] - start) * 1e6, 1),
+                "proc": procs[k],
                 "t_sched": s["t_sched"],
                 "t_done": s["t_done"],
             }

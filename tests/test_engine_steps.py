@@ -764,6 +764,42 @@ def test_launch_time_is_the_median_wait_of_exposed_decode_steps(tmp_path):
     assert m.launch_counts[True] == 0 and m.describe()["launch_waits"]["graph"]["steps"] == 0
 
 
+def test_launches_of_two_engine_processes_share_the_level_of_their_medians(tmp_path):
+    """Process 0 waited 20/22/24 ms, process 1 40/44/48 ms (the launch time is drawn per
+    engine process): each process's waits over its own median, times the median of the two
+    medians (33 ms), so the spread is each process's (+-9%) and the level counts each process
+    once, not each launch (`launches_across_processes`)."""
+    extra = []
+    for i, (wait, proc) in enumerate(
+        [(0.020, 0), (0.022, 0), (0.024, 0), (0.040, 1), (0.044, 1), (0.048, 1)]
+    ):
+        extra += [
+            {**_step(2 * i, wait), "proc": proc},
+            {**_step(2 * i + 1, 0.080, prefill=3000, behind=1), "proc": proc},
+        ]
+    m = _with_rows(_table(tmp_path), extra)
+    assert m.launch_s(3002) == pytest.approx(0.033)
+    assert m.launch_waits[False] == pytest.approx([0.030, 0.030, 0.033, 0.033, 0.036, 0.036])
+    assert m.launch_counts[False] == 6
+    eager = m.describe()["launch_waits"]["eager"]
+    assert eager["process_medians"] == pytest.approx([0.022, 0.044])
+
+
+def test_a_process_with_too_few_launches_leaves_the_others_as_measured():
+    """Fewer than two processes with `MIN_LAUNCHES` launches: all launches as measured (one
+    process's table is exactly what it was before processes were told apart)."""
+    from simulator.latency.engine_steps import MIN_LAUNCHES, launches_across_processes
+
+    assert MIN_LAUNCHES == 3
+    assert launches_across_processes({0: [0.3, 0.1, 0.2]}) == [0.1, 0.2, 0.3]
+    assert launches_across_processes({0: [0.3, 0.1, 0.2], 1: [0.9, 0.8]}) == [
+        0.1, 0.2, 0.3, 0.8, 0.9
+    ]  # fmt: skip
+    # with two full processes a third thin one is left out
+    got = launches_across_processes({0: [1.0, 2.0, 3.0], 1: [2.0, 4.0, 6.0], 2: [100.0]})
+    assert got == pytest.approx(sorted([1.5, 3.0, 4.5, 1.5, 3.0, 4.5]))
+
+
 def test_launch_times_come_from_decode_steps_not_from_prefill_steps_that_waited(tmp_path):
     # three decode -> 3000-token prefill pairs (waits 20/22/24 ms), and three 100-token prefill
     # steps (own ~7.8 ms by the toy law) stamped 40/42/44 ms with a 3000-token prefill behind

@@ -81,10 +81,11 @@ from simulator.latency.clock_dip import ClockDip, fit_clock_dip, row_factors
 
 STEP_COLUMNS = [
     "step_id", "scenario", "split", *STEP_FEATURES, "after_idle", "burst", "prefill_behind",
-    "dur_us", "group",
+    "dur_us", "group", "proc",
 ]  # fmt: skip
 #: columns a table recorded before repeated passes lacks (``group`` is then the step's own id)
-OPTIONAL_COLUMNS = ("group",)
+#: or built before rows carried their engine process (``proc`` is then 0: one process)
+OPTIONAL_COLUMNS = ("group", "proc")
 #: eager decode-only batches join the decode curve when the table measured one this many times
 #: the largest CUDA graph or more (module docstring)
 EAGER_DECODE_FROM = 1.25
@@ -423,16 +424,27 @@ class EngineStepModel:
         without 3 launches behind decode steps none behind a prefill step is attributed).
         Why: DeepSeek-V2-Lite's H200 table held 59 eager launches behind decode steps (median
         83 ms, as its raw stamps say, `profiles.diag_launch`) and 668 behind 8k-token prefill
-        chunks (102 ms); pooled, it charged every eager launch 101 ms."""
-        waits: dict[bool, list[float]] = {True: [], False: []}
+        chunks (102 ms); pooled, it charged every eager launch 101 ms.
+
+        Launches of several engine processes (a run resumed, or one pass per engine) are put
+        on one scale first (`launches_across_processes`): the launch time is drawn per
+        process, so each process is one draw of its level and the table's is their median."""
+        by_proc: dict[bool, dict[int, list[float]]] = {True: {}, False: {}}
         for r in train:
             if r["next_tokens"] and r["prefill_tokens"] == 0:
-                waits[self.runs_in_graph(r["next_tokens"])].append(r["wait_s"])
+                kind = by_proc[self.runs_in_graph(r["next_tokens"])]
+                kind.setdefault(r.get("proc", 0), []).append(r["wait_s"])
         #: launches attributed per kind, also where too few leave the kind uncharged: how
         #: much the launch time of a table stands on (a handful is a thin sample of a host's spread)
-        self.launch_counts = {k: len(v) for k, v in waits.items()}
+        self.launch_counts = {k: sum(map(len, v.values())) for k, v in by_proc.items()}
+        #: per kind, the median launch of each engine process with `MIN_LAUNCHES` or more
+        self.launch_process_medians = {
+            k: {p: float(np.median(w)) for p, w in sorted(v.items()) if len(w) >= MIN_LAUNCHES}
+            for k, v in by_proc.items()
+        }
         self.launch_waits = {
-            k: sorted(v) if len(v) >= MIN_LAUNCHES else [0.0] for k, v in waits.items()
+            k: launches_across_processes(v) if self.launch_counts[k] >= MIN_LAUNCHES else [0.0]
+            for k, v in by_proc.items()
         }
         self.launch = {k: float(np.median(v)) for k, v in self.launch_waits.items()}
 
@@ -668,6 +680,12 @@ class EngineStepModel:
                     "steps": self.launch_counts[g],
                     "p10": sorted_quantile(self.launch_waits[g], 0.1),
                     "p90": sorted_quantile(self.launch_waits[g], 0.9),
+                    # several engine processes: each one's median (`launches_across_processes`)
+                    **(
+                        {"process_medians": list(self.launch_process_medians[g].values())}
+                        if len(self.launch_process_medians[g]) > 1
+                        else {}
+                    ),
                 }
                 for kind, g in (("graph", True), ("eager", False))
             },
@@ -715,6 +733,26 @@ def worst_scenarios(model, rows: list[dict]) -> list[dict]:
         {"scenario": name, "steps": n, "beyond_floor": -neg, "median_err": round(med, 4)}
         for neg, _, name, n, med in ranked[:WORST_SCENARIOS]
     ]
+
+
+def launches_across_processes(by_proc: dict[int, list[float]]) -> list[float]:
+    """One kind's launch times (seconds, ascending) from the launches of each engine process
+    (``by_proc``: process -> launches). With fewer than two processes of `MIN_LAUNCHES` or more,
+    all launches as measured. Else each process's launches over its own median, times the
+    median of the processes' medians: the spread within a process (what makes a serving run's
+    token gaps spread) from all of them, the level from each process once.
+
+    Why not pooled as measured: the launch time is drawn per engine process (H100
+    DeepSeek-V2-Lite's profiling run, one H100, two processes: eager 107 and 67 ms by the fit's
+    attribution), and a serving run is one process. Pooled, the level leans to whichever process
+    ran more scenarios (there 62 of 95 launches: a median of 97 ms), and the spread mixes two
+    levels into a width no one process shows."""
+    enough = {p: w for p, w in by_proc.items() if len(w) >= MIN_LAUNCHES}
+    if len(enough) < 2:
+        return sorted(w for v in by_proc.values() for w in v)
+    medians = {p: float(np.median(w)) for p, w in enough.items()}
+    level = float(np.median(list(medians.values())))
+    return sorted(level * w / medians[p] for p, v in sorted(enough.items()) for w in v)
 
 
 def sorted_quantile(values: list[float], u: float) -> float:
@@ -834,6 +872,8 @@ def read_steps_csv(path: Path) -> list[dict]:
     for line, raw in csv_records(path, "steps.csv table", required):
         if not raw.get("group"):
             raw["group"] = raw["step_id"]
+        if not raw.get("proc"):
+            raw["proc"] = 0
         try:
             r = {c: int(raw[c]) for c in _INT}
             r.update((c, float(raw[c])) for c in _FLOAT)
