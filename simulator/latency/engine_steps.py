@@ -454,7 +454,8 @@ class EngineStepModel:
 
     def launch_quantile_s(self, tokens: int, u: float) -> float:
         """The ``u``-quantile (0 <= u <= 1) of the measured launch times of a step of ``tokens``
-        tokens' kind (`_fit_launch`); `SimulatedExecutor` draws each launch this way."""
+        tokens' kind (`_fit_launch`; several engine processes' on one scale,
+        `launches_across_processes`); `SimulatedExecutor` draws each launch this way."""
         return sorted_quantile(self.launch_waits[self.runs_in_graph(tokens)], u)
 
     def fit(self, train: list[dict]) -> None:
