@@ -578,12 +578,7 @@ def build_table(
     early = flag_early_stamps(rows, served, load_gpu(gpu_key, "--gpu-key", "gpu"))
     joined = group_repeats(rows, phase["scenarios"])
     frontend = frontend_delays(phase, steps)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / "steps.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=STEP_COLUMNS, extrasaction="ignore")
-        w.writeheader()
-        for i, r in enumerate(rows):
-            w.writerow({"step_id": i, **r})
+    _write_steps_csv(out_dir, rows)
     measured = {
         "launches_by_engine_process": launches_by_process(
             steps, engine["compilation"]["max_cudagraph_capture_size"]
@@ -597,11 +592,7 @@ def build_table(
             "outside_scenarios": dropped,
             "early_stamp_steps_left_out": early,
             "shifted_stamp_steps_left_out": shifted,
-            "repeats": phase.get("repeats", 1),
-            "repeat_steps_joined": joined,
-            "scenarios": len(phase["scenarios"]),
-            "grid_scenarios": phase.get("grid_scenarios"),
-            "cut_short": bool(phase.get("cut_short")),
+            **_pass_counts(phase, joined),
         },
     }
     if spec.sliding_window is not None:
@@ -617,6 +608,27 @@ def build_table(
         meta["routing_at_load"] = routing_seen(engine["routing_at_load"], spec, skew)
     (out_dir / "meta.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
     return meta
+
+
+def _write_steps_csv(out_dir: Path, rows: list[dict]) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / "steps.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=STEP_COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        for i, r in enumerate(rows):
+            w.writerow({"step_id": i, **r})
+
+
+def _pass_counts(phase: dict, joined: int) -> dict:
+    """meta.yaml's counts of the grid's passes: how many, how many later-pass steps joined a
+    first-pass one (`group_repeats`), the scenarios run and whether the run was cut short."""
+    return {
+        "repeats": phase.get("repeats", 1),
+        "repeat_steps_joined": joined,
+        "scenarios": len(phase["scenarios"]),
+        "grid_scenarios": phase.get("grid_scenarios"),
+        "cut_short": bool(phase.get("cut_short")),
+    }
 
 
 def _windowed_rows(steps: list[dict], phase: dict, spec: ModelSpec, tp: int) -> list[dict]:
