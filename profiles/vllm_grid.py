@@ -27,11 +27,11 @@ compositions the latency model needs (see ``profiles/README.md``):
   them (DeepSeek-V2-Lite's 3.4M tokens: 1,018 running decodes at 75-117 ms a step, where a table
   that stopped at 513 extrapolated 15-20 ms; validation/vllm-0.24/README.md);
 * ``inject`` with ``rate_per_s``: prompts of lognormal lengths arrive at seeded exponential gaps
-  beside a small running batch, as they do in serving. Each arrival's prefill is launched behind
-  whatever runs then, mostly a 5-6 ms decode step that hides little of a 7-47 ms launch: the
-  pairs serving runs most (600-900 per served model in the validation replays) and one-at-a-time
-  injection samples least (~30 per run), where the tables charged serving's pairs 8-14% short
-  (validation/vllm-0.24/README.md).
+  beside a running batch of 8-32 or (near saturation) 128-256 decodes, as they do in serving.
+  Each arrival's prefill is launched behind whatever runs then, mostly a 5-6 ms decode step
+  that hides little of a 7-47 ms launch: the pairs serving runs most (600-900 per served model
+  in the validation replays) and one-at-a-time injection samples least (~30 per run), where the
+  tables charged serving's pairs 8-14% short (validation/vllm-0.24/README.md).
 
 Every prompt is random token ids, distinct per request, so prefix caching (on, as ``vllm serve``
 has it) never hits. The held-out split is by scenario, so no held-out step has a near-twin (the
@@ -58,8 +58,13 @@ INJECT_BASES = (
 )  # fmt: skip
 INJECT_PROMPTS = (8, 64, 256, 512, 1024, 3000, 7000)
 #: (decode batch, context) of the arrival scenarios, their prompts' lognormal mean, how many
-#: arrive and at what rate (conversation-like prompts at a moderate serving rate)
-ARRIVAL_BASES = ((8, 1024), (16, 1024), (16, 2048), (32, 1024))
+#: arrive and at what rate (conversation-like prompts at a moderate serving rate). The two
+#: large batches (added 2026-11-27, session 26) are near-saturation serving: chunks of a few
+#: hundred to 2k prompt tokens launched beside 100+ decodes. The int4 8B table, whose grid had
+#: only the small ones, held 19 steps of 129+ decodes beside 513-2,048 prompt tokens and charged
+#: them 7-12% short, where its conversation replay at heavy load ran 369 launched prompt steps
+#: and the table charged those 4.7% short in sum (validation/vllm-0.24/README.md)
+ARRIVAL_BASES = ((8, 1024), (16, 1024), (16, 2048), (32, 1024), (128, 1024), (256, 512))
 ARRIVAL_MEAN, ARRIVAL_COUNT, ARRIVAL_RATE_PER_S, ARRIVAL_OUT = 1000, 40, 12.0, 4
 #: prompt lengths of the drain scenarios; each runs the largest decode batch that fits the cap
 DRAIN_CONTEXTS = (128, 1024)

@@ -904,13 +904,17 @@ def test_validate_engine_vllm_from_a_stored_run_and_its_refusal(tmp_path, capsys
     assert "not a run of this experiment" in capsys.readouterr().err
 
 
-def test_arrival_scenarios_inject_spread_prompts_beside_small_batches():
+def test_arrival_scenarios_inject_spread_prompts_beside_small_and_near_saturation_batches():
     arrive = [s for s in scenarios(8192, 900_000, seed=0) if s["id"].startswith("arrive_")]
     assert arrive and all(s["kind"] == "inject" and s["rate_per_s"] > 0 for s in arrive)
     for s in arrive:
         assert len(set(s["inject"])) > 1  # lognormal lengths, not one prompt size
         assert all(16 <= p and p + s["prompts"][0] + s["inject_out"] < 8192 for p in s["inject"])
-        assert len(s["prompts"]) <= 32
+    sizes = sorted(len(s["prompts"]) for s in arrive)
+    assert sizes == [8, 16, 16, 32, 128, 256]  # moderate serving, and near saturation
+    # a 70B's capped grid (120k prompt tokens a scenario) keeps the small ones only
+    capped = scenarios(8192, 401_088, seed=0, max_tokens=120_000)
+    assert max(len(s["prompts"]) for s in capped if s["id"].startswith("arrive_")) == 32
 
 
 def test_every_family_of_scenarios_keeps_training_members():
