@@ -433,15 +433,12 @@ class EngineStepModel:
         for r in train:
             if r["next_tokens"] and r["prefill_tokens"] == 0:
                 kind = by_proc[self.runs_in_graph(r["next_tokens"])]
-                kind.setdefault(r.get("proc", 0), []).append(r["wait_s"])
+                kind.setdefault(r["proc"], []).append(r["wait_s"])
         #: launches attributed per kind, also where too few leave the kind uncharged: how
         #: much the launch time of a table stands on (a handful is a thin sample of a host's spread)
         self.launch_counts = {k: sum(map(len, v.values())) for k, v in by_proc.items()}
         #: per kind, the median launch of each engine process with `MIN_LAUNCHES` or more
-        self.launch_process_medians = {
-            k: {p: float(np.median(w)) for p, w in sorted(v.items()) if len(w) >= MIN_LAUNCHES}
-            for k, v in by_proc.items()
-        }
+        self.launch_process_medians = {k: process_medians(v) for k, v in by_proc.items()}
         self.launch_waits = {
             k: launches_across_processes(v) if self.launch_counts[k] >= MIN_LAUNCHES else [0.0]
             for k, v in by_proc.items()
@@ -748,12 +745,17 @@ def launches_across_processes(by_proc: dict[int, list[float]]) -> list[float]:
     attribution), and a serving run is one process. Pooled, the level leans to whichever process
     ran more scenarios (there 62 of 95 launches: a median of 97 ms), and the spread mixes two
     levels into a width no one process shows."""
-    enough = {p: w for p, w in by_proc.items() if len(w) >= MIN_LAUNCHES}
-    if len(enough) < 2:
+    medians = process_medians(by_proc)
+    if len(medians) < 2:
         return sorted(w for v in by_proc.values() for w in v)
-    medians = {p: float(np.median(w)) for p, w in enough.items()}
     level = float(np.median(list(medians.values())))
-    return sorted(level * w / medians[p] for p, v in sorted(enough.items()) for w in v)
+    return sorted(level * w / m for p, m in medians.items() for w in by_proc[p])
+
+
+def process_medians(by_proc: dict[int, list[float]]) -> dict[int, float]:
+    """The median launch of each engine process with `MIN_LAUNCHES` launches or more, in
+    process order (fewer are too thin a sample of a process's level)."""
+    return {p: float(np.median(w)) for p, w in sorted(by_proc.items()) if len(w) >= MIN_LAUNCHES}
 
 
 def sorted_quantile(values: list[float], u: float) -> float:

@@ -36,13 +36,13 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
-from run_all import PAIRS, SERVED, report  # noqa: E402
+from run_all import PAIRS, report, served_spec  # noqa: E402
 
-from profiles.vllm_steps import engine_processes, read_steps  # noqa: E402
-from profiles.vllm_table import build_table  # noqa: E402
+from profiles.diag_launch import by_process  # noqa: E402
+from profiles.vllm_steps import read_steps  # noqa: E402
+from profiles.vllm_table import build_table, load_profile_phase  # noqa: E402
 from simulator.errors import ConfigError  # noqa: E402
 from simulator.latency.engine_steps import EngineStepModel  # noqa: E402
-from simulator.models import load_model  # noqa: E402
 
 #: the shipped tables of the pairs this can split (their raw runs span two engine processes)
 TABLES = {
@@ -57,13 +57,9 @@ RUN_FILES = ("energy.json.gz", "engine.json", "log.txt")
 def split_run(raw: Path, out: Path) -> list[Path]:
     """One raw folder per engine process of the run in ``raw``: its steps, and the scenarios
     (with their requests) that started while it ran."""
-    steps = read_steps(str(raw / "steps.jsonl"))
-    procs = engine_processes(steps)
-    with gzip.open(raw / "profile.json.gz", "rt") as f:
-        phase = json.load(f)
+    phase = load_profile_phase(raw)
     dirs = []
-    for k in range(max(procs) + 1):
-        mine = [s for p, s in zip(procs, steps, strict=True) if p == k]
+    for k, mine in enumerate(by_process(read_steps(str(raw / "steps.jsonl")))):
         t_lo, t_hi = mine[0]["t_sched"] - 1.0, mine[-1]["t_done"]
         scs = [sc for sc in phase["scenarios"] if t_lo <= sc["t0"] <= t_hi]
         ids = {sc["id"] for sc in scs}
@@ -83,7 +79,7 @@ def split_run(raw: Path, out: Path) -> list[Path]:
 def process_tables(pair, table: Path, tmp: Path) -> dict[str, EngineStepModel | str]:
     """Each engine process's own table, or why it has none."""
     meta = yaml.safe_load((table / "meta.yaml").read_text())
-    spec = _served(pair)
+    spec = served_spec(pair.model)
     out: dict[str, EngineStepModel | str] = {}
     for raw in split_run(table / "raw", tmp):
         name = raw.parent.name
@@ -126,7 +122,7 @@ def band(pair, table: Path, real: Path) -> dict:
             with launches_of(donor), contextlib.redirect_stdout(sys.stderr):
                 runs[name] = report(real, {pair.key: str(table)})
     fitted = {k: v for k, v in donors.items() if not isinstance(v, str)}
-    shipped = EngineStepModel(table, _served(pair).name, pair.tp)
+    shipped = EngineStepModel(table, served_spec(pair.model).name, pair.tp)
     return {
         "runs": runs,
         "skipped": {k: v for k, v in donors.items() if isinstance(v, str)},
@@ -135,10 +131,6 @@ def band(pair, table: Path, real: Path) -> dict:
             **{k: _launch_ms(v) for k, v in fitted.items()},
         },
     }
-
-
-def _served(pair):
-    return load_model(yaml.safe_load(SERVED[pair.model]), "run_all.SERVED", pair.model)
 
 
 def _launch_ms(m: EngineStepModel) -> str:

@@ -168,12 +168,17 @@ def cases():
             yield trace, load, str(HERE / "configs" / f"{trace}.yaml")
 
 
+def served_spec(model: str):
+    """The `ModelSpec` of a served model of `SERVED` (its catalog entry, precision included)."""
+    return load_model(yaml.safe_load(SERVED[model]), "run_all.SERVED", model)
+
+
 def _engine_job(out: Path, model: str, tp: int, shard: bool = False, ep: bool = False) -> dict:
     """The model folder (relative to the repository root: jobs run from the root of a copy of
     the tree on the GPU machine, wherever that lies), TP and precision of a served model; with
     ``shard``, one GPU's shard of the ``tp`` layout, run at TP1; with ``ep``, expert
     parallelism over the ``tp`` GPUs."""
-    spec = load_model(yaml.safe_load(SERVED[model]), "run_all.SERVED", model)
+    spec = served_spec(model)
     folder = out / "models" / (f"{model}_tp{tp}-shard" if shard else model)
     mdir = write_model_dir(spec, folder, tp if shard else None).relative_to(ROOT)
     return engine_jobs.engine_job(spec, str(mdir), tp, shard, expert_parallel=ep)
