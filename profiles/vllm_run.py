@@ -272,16 +272,7 @@ async def run_profile(client: Client, phase: dict, facts: dict, out: Path) -> di
     grid's process launched its eager steps in 27 ms and the serving replay's process after it
     in 15-17 ms (validation/vllm-0.24/README.md). A table whose launches all come from one
     process carries that process's draw; one pass per process samples the spread."""
-    kv_tokens = facts["cache"]["num_gpu_blocks"] * facts["cache"]["block_size"]
-    scs = vllm_grid.scenarios(
-        facts["model"]["max_model_len"],
-        kv_tokens,
-        phase.get("seed", 0),
-        phase.get("max_scenario_tokens", vllm_grid.MAX_SCENARIO_TOKENS),
-        facts["scheduler"]["max_num_seqs"],
-        facts["compilation"]["max_cudagraph_capture_size"],
-        facts["scheduler"]["max_num_batched_tokens"],
-    )
+    scs = vllm_grid.scenarios(**grid_args(phase, facts, out))
     scs = scs[: phase["limit"]] if phase.get("limit") else scs  # a smoke test's few
     grid = len(scs)
     scs = vllm_grid.repeated(scs, phase.get("repeats", 1))
@@ -307,6 +298,35 @@ async def run_profile(client: Client, phase: dict, facts: dict, out: Path) -> di
         "repeats": phase.get("repeats", 1),
         "unfinished": len({sc["id"] for sc in scs} - {d["scenario"]["id"] for d in finished}),
     }
+
+
+def grid_args(phase: dict, facts: dict, out: Path) -> dict:
+    """The arguments of `vllm_grid.scenarios` for this phase: from this engine's facts, kept in
+    ``<phase>.grid.json``; a resumed phase takes the kept ones. Why: the grid depends on the
+    engine's KV capacity, which differs between engine starts on one machine (an H100 Llama-3-8B
+    profile: 28,957 blocks in the first engine, which compiled, 29,074 in the four after it,
+    which loaded the compile cache), and a grid drawn again by a later engine renamed a
+    capacity-sized scenario (``drain_b284_c1024`` -> ``drain_b285_c1024``), so that the later
+    engine re-ran it as unfinished. Scenarios use at most 80% of the capacity, so a later
+    engine's slightly different capacity still fits the kept grid."""
+    kept = out / f"{phase['name']}.grid.json"
+    mine = {
+        "max_model_len": facts["model"]["max_model_len"],
+        "kv_tokens": facts["cache"]["num_gpu_blocks"] * facts["cache"]["block_size"],
+        "seed": phase.get("seed", 0),
+        "max_tokens": phase.get("max_scenario_tokens", vllm_grid.MAX_SCENARIO_TOKENS),
+        "max_num_seqs": facts["scheduler"]["max_num_seqs"],
+        "max_graph": facts["compilation"]["max_cudagraph_capture_size"],
+        "token_budget": facts["scheduler"]["max_num_batched_tokens"],
+    }
+    if phase.get("resume") and kept.is_file():
+        args = json.loads(kept.read_text())
+        if args != mine:
+            print(f"[{phase['name']}] the grid of the first engine ({kept.name}): {args}, "
+                  f"this engine's would be {mine}", flush=True)  # fmt: skip
+        return args
+    kept.write_text(json.dumps(mine))
+    return mine
 
 
 def this_engines_share(todo: list[dict], passes: int | None) -> list[dict]:

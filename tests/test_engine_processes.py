@@ -45,7 +45,24 @@ def test_three_passes_one_per_engine_take_three_processes_and_lose_nothing(tmp_p
     """Each call of `run_profile` stands for one engine process resuming the folder: it runs
     one pass, says how many scenarios are left, and the third finishes with none left; every
     scenario of every pass is recorded exactly once."""
-    monkeypatch.setattr(vllm_run.vllm_grid, "scenarios", lambda *a: [dict(s) for s in GRID])
+    monkeypatch.setattr(vllm_run.vllm_grid, "scenarios", lambda **k: [dict(s) for s in GRID])
+    ran = _fake_engine(monkeypatch)
+    phase = {"name": "profile", "repeats": 3, "passes_per_engine": 1, "resume": True}
+    left = []
+    for _ in range(3):
+        info = asyncio.run(vllm_run.run_profile(_Client(), phase, _facts(), tmp_path))
+        left.append(info["unfinished"])
+    assert left == [6, 3, 0]
+    assert ran == [s["id"] for s in repeated(GRID, 3)]
+    assert [s["id"] for s in info["scenarios"]] == ran
+
+
+class _Client:
+    records: dict = {}
+
+
+def _fake_engine(monkeypatch) -> list[str]:
+    """Scenarios 'run' instantly; the ids run, in order, are appended to the returned list."""
     ran = []
 
     async def fake_scenario(client, sc):
@@ -57,18 +74,23 @@ def test_three_passes_one_per_engine_take_three_processes_and_lose_nothing(tmp_p
 
     monkeypatch.setattr(vllm_run, "run_scenario", fake_scenario)
     monkeypatch.setattr(vllm_run.asyncio, "sleep", no_sleep)
+    return ran
 
-    class Client:
-        records: dict = {}
 
-    phase = {"name": "profile", "repeats": 3, "passes_per_engine": 1, "resume": True}
-    left = []
-    for _ in range(3):
-        info = asyncio.run(vllm_run.run_profile(Client(), phase, _facts(), tmp_path))
-        left.append(info["unfinished"])
-    assert left == [6, 3, 0]
-    assert ran == [s["id"] for s in repeated(GRID, 3)]
-    assert [s["id"] for s in info["scenarios"]] == ran
+def test_later_engines_run_the_first_engines_grid(tmp_path, monkeypatch):
+    """KV capacity differs between engine starts (an H100: 28,957 blocks, then 29,074), and the
+    grid sizes some scenarios by it: a later engine keeps the first one's grid, so no scenario
+    is renamed and run again as unfinished, and the passes stay repeats of one grid."""
+    first, later = _facts(), _facts()
+    first["cache"]["num_gpu_blocks"], later["cache"]["num_gpu_blocks"] = 28957, 29074
+    grid = vllm_run.vllm_grid.scenarios
+    ids = [s["id"] for s in grid(**vllm_run.grid_args({"name": "a"}, first, tmp_path))]
+    assert ids != [s["id"] for s in grid(**vllm_run.grid_args({"name": "b"}, later, tmp_path))]
+    ran = _fake_engine(monkeypatch)
+    phase = {"name": "profile", "repeats": 2, "passes_per_engine": 1, "resume": True}
+    for facts in (first, later):
+        asyncio.run(vllm_run.run_profile(_Client(), phase, facts, tmp_path))
+    assert ran == [s["id"] for s in repeated([{"id": i} for i in ids], 2)]
 
 
 def test_passes_per_engine_without_resume_is_refused():

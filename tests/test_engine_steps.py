@@ -1155,7 +1155,7 @@ def test_a_profile_sizes_its_batches_with_the_engines_token_budget(tmp_path, mon
     from profiles import vllm_run
 
     seen = []
-    monkeypatch.setattr(vllm_run.vllm_grid, "scenarios", lambda *a: seen.append(a) or [])
+    monkeypatch.setattr(vllm_run.vllm_grid, "scenarios", lambda **k: seen.append(k) or [])
 
     class NoEngine:
         records: dict = {}
@@ -1167,7 +1167,7 @@ def test_a_profile_sizes_its_batches_with_the_engines_token_budget(tmp_path, mon
         "compilation": {"max_cudagraph_capture_size": 512},
     }
     res = asyncio.run(vllm_run.run_profile(NoEngine(), {"name": "p"}, facts, tmp_path))
-    assert res["scenarios"] == [] and seen[0][-1] == 2048
+    assert res["scenarios"] == [] and seen[0]["token_budget"] == 2048
     # and the budget sets the outputs: 64 x 1,024 prompt tokens at (budget - 64) a step fill in
     # 34 steps at 2,048 and 9 at 8,192; the first request's prompt ends on step 1, so it decodes
     # 33 (8) steps before the batch is whole, then DECODE_OUT with it

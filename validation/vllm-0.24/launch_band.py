@@ -42,10 +42,11 @@ from profiles.diag_launch import by_process  # noqa: E402
 from profiles.vllm_steps import read_steps  # noqa: E402
 from profiles.vllm_table import build_table, load_profile_phase  # noqa: E402
 from simulator.errors import ConfigError  # noqa: E402
-from simulator.latency.engine_steps import EngineStepModel  # noqa: E402
+from simulator.latency.engine_steps import MIN_LAUNCHES, EngineStepModel  # noqa: E402
 
-#: the shipped tables of the pairs this can split (their raw runs span two engine processes)
+#: the shipped tables of the pairs this can split (their raw runs span several engine processes)
 TABLES = {
+    "h100/llama-3-8b": "profiles/h100/vllm-0.24/llama-3-8b_tp1",
     "h100/deepseek-v2-lite": "profiles/h100/vllm-0.24/deepseek-v2-lite_tp1",
     "h200/gemma-3-27b": "profiles/h200/vllm-0.24/gemma-3-27b_tp1",
     "h200/qwen3-30b-a3b-tp2": "profiles/h200/vllm-0.24/qwen3-30b-a3b_tp2",
@@ -77,7 +78,9 @@ def split_run(raw: Path, out: Path) -> list[Path]:
 
 
 def process_tables(pair, table: Path, tmp: Path) -> dict[str, EngineStepModel | str]:
-    """Each engine process's own table, or why it has none."""
+    """Each engine process's own table, or why it has none: too few steps to fit, or too few
+    launches of either kind to charge one (a process that ran only decode scenarios would
+    otherwise stand in the band with launches of 0 ms)."""
     meta = yaml.safe_load((table / "meta.yaml").read_text())
     spec = served_spec(pair.model)
     out: dict[str, EngineStepModel | str] = {}
@@ -86,9 +89,16 @@ def process_tables(pair, table: Path, tmp: Path) -> dict[str, EngineStepModel | 
         try:
             build_table(raw, raw.parent, meta["gpu"]["key"], spec, pair.tp,
                         meta.get("expert_parallel"))  # fmt: skip
-            out[name] = EngineStepModel(raw.parent, spec.name, pair.tp)
+            model = EngineStepModel(raw.parent, spec.name, pair.tp)
         except ConfigError as e:
-            out[name] = f"not fitted ({e})"
+            out[name] = f"not fitted ({str(e).replace(str(tmp) + '/', '')})"
+            continue
+        counts = model.launch_counts
+        if min(counts.values()) < MIN_LAUNCHES:
+            out[name] = (f"too few launches to charge (graph {counts[True]}, eager "
+                         f"{counts[False]}; {MIN_LAUNCHES} needed)")  # fmt: skip
+        else:
+            out[name] = model
     return out
 
 
