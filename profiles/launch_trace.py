@@ -37,7 +37,7 @@ SIZES = (256, 600, 2048)  # in a piecewise graph, just above the largest graph, 
 TRACED = 600
 
 
-async def run(model_dir: str, out: Path, n: int, traced: int) -> dict:
+async def run(model_dir: str, out: Path, n: int, traced: int, sampler: str | None) -> dict:
     from profiles import vllm_run
 
     cfg = json.loads((Path(model_dir) / "config.json").read_text())
@@ -49,13 +49,50 @@ async def run(model_dir: str, out: Path, n: int, traced: int) -> dict:
         client = vllm_run.Client(engine, cfg["vocab_size"], seed=os.getpid())
         await vllm_run.warm_up(engine, cfg["vocab_size"], facts)
         ttft = {size: await _ttfts(client, f"s{size}", size, n) for size in SIZES}
+        sampled = await _sampled_ttfts(client, sampler, out, n) if sampler else []
         await engine.start_profile()
         traced_ttft = await _ttfts(client, "traced", TRACED, traced)
         await engine.stop_profile()
         await asyncio.sleep(5.0)  # the worker writes the trace after stop
     finally:
         engine.shutdown()
-    return {"pid": os.getpid(), "facts": facts, "ttft_s": ttft, "traced_ttft_s": traced_ttft}
+    return {
+        "pid": os.getpid(),
+        "facts": facts,
+        "ttft_s": ttft,
+        "sampled_ttft_s": sampled,
+        "traced_ttft_s": traced_ttft,
+    }
+
+
+async def _sampled_ttfts(client, sampler: str, out: Path, n: int) -> list[float]:
+    """``3 n`` more 600-token prompts with ``sampler`` (a command; ``{pid}``: the engine core's
+    process, ``{out}``: the run folder, e.g. ``py-spy record --pid {pid} --rate 500
+    --nonblocking --format raw -o {out}/pyspy.txt``) running beside them, stopped with SIGINT
+    after. A sampler that does not stop the process at each sample leaves the steps as they
+    are, which the torch profiler does not (its overhead makes every traced step ~60 ms)."""
+    import shlex
+    import signal
+    import subprocess
+
+    cmd = shlex.split(sampler.format(pid=engine_core_pid(), out=out))
+    proc = subprocess.Popen(cmd)
+    await asyncio.sleep(1.0)
+    try:
+        return await _ttfts(client, "sampled", TRACED, 3 * n)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+
+
+def engine_core_pid() -> int:
+    """The pid of this process's vLLM engine core (a child vLLM retitles ``VLLM::EngineCore``)."""
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):
+        if "EngineCore" in " ".join(child.cmdline()) or "EngineCore" in child.name():
+            return child.pid
+    raise SystemExit("no VLLM::EngineCore child process found")
 
 
 def _profiler_config(trace_dir: Path):
@@ -115,6 +152,18 @@ def trace_summary(events: list[dict]) -> dict:
     }
 
 
+def sampled_leaves(path: Path) -> Counter:
+    """Samples per innermost frame of a py-spy ``--format raw`` file, plain or gzipped
+    (``frame;...;frame N`` lines; the line number dropped, so one function is one key)."""
+    leaves: Counter = Counter()
+    text = gzip.open(path, "rt").read() if path.suffix == ".gz" else path.read_text()
+    for line in text.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if stack and count.isdigit():
+            leaves[stack.split(";")[-1].split(" (")[0].strip()] += int(count)
+    return leaves
+
+
 def summarize(dirs: list[Path]) -> None:
     names = {}
     for d in dirs:
@@ -122,6 +171,15 @@ def summarize(dirs: list[Path]) -> None:
         med = {s: round(float(np.median(v)) * 1e3, 2) for s, v in res["ttft_s"].items()}
         print(f"{d} (pid {res['pid']}): TTFT median ms by prompt size {med}; traced "
               f"{[round(t * 1e3, 1) for t in res['traced_ttft_s']]}")  # fmt: skip
+        spy = next((f for f in (d / "pyspy.txt", d / "pyspy.txt.gz") if f.is_file()), None)
+        if spy and res.get("sampled_ttft_s"):
+            leaves = sampled_leaves(spy)
+            total, n = sum(leaves.values()), len(res["sampled_ttft_s"])
+            print(f"  sampled: {n} prompts, TTFT median "
+                  f"{np.median(res['sampled_ttft_s']) * 1e3:.1f} ms, {total} samples "
+                  f"({total / n:.1f} a prompt); top frames:")  # fmt: skip
+            for k, v in leaves.most_common(8):
+                print(f"    {v / n:6.2f} a prompt  {k[:100]}")
         try:
             t = trace_summary(load_trace(d))
         except SystemExit as e:
@@ -145,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=30)
     ap.add_argument("--traced", type=int, default=3)
     ap.add_argument("--summary", action="store_true")
+    ap.add_argument("--sampler", help="command run beside 3 x --n more 600-token prompts "
+                    "({pid}: the engine core, {out}: the run folder)")  # fmt: skip
     a = ap.parse_args(argv)
     if a.summary:
         summarize([Path(p) for p in a.paths])
@@ -154,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    res = asyncio.run(run(a.paths[0], out, a.n, a.traced))
+    res = asyncio.run(run(a.paths[0], out, a.n, a.traced, a.sampler))
     res["wall_s"] = time.time() - t0
     (out / "launch.json").write_text(json.dumps(res))
     print(f"{out}: {len(res['ttft_s'])} sizes in {res['wall_s']:.0f} s")

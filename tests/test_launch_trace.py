@@ -18,3 +18,16 @@ def test_launch_trace_summary_counts_kernels_launches_and_top_level_ops():
     got = trace_summary(events)
     assert got["kernels"] == 2 and got["launch_calls"] == 2
     assert got["launch_call_us_mean"] == 5.0 and got["top_level_op_ms"] == 0.13
+
+
+def test_sampled_leaves_sums_samples_per_innermost_function(tmp_path):
+    from profiles.launch_trace import sampled_leaves
+
+    raw = tmp_path / "pyspy.txt"
+    raw.write_text(
+        "MainThread;run (a.py:3);forward (m.py:10) 5\n"
+        "MainThread;run (a.py:3);forward (m.py:12) 2\n"
+        "MainThread;run (a.py:3) 1\n"
+        "garbage\n"
+    )
+    assert sampled_leaves(raw) == {"forward": 7, "run": 1}
