@@ -33,12 +33,17 @@ run_job() {  # run_job JOB:NAME: one engine job, its folder packed into $OUT/NAM
   echo "=== $name ($job) $(date +%T)"
   # appended: a resumed run's log keeps the cut-short part before it. Exit status 75
   # (vllm_run.MORE_PASSES): a profile phase with passes_per_engine left passes to a fresh
-  # engine process, so start the job again (it resumes) while JOB_TIMEOUT allows
-  local end=$((SECONDS + ${JOB_TIMEOUT:-540})) rc=75
-  while [ $rc = 75 ] && [ $SECONDS -lt $end ]; do
+  # engine process, so start the job again (it resumes) while JOB_TIMEOUT leaves as long as the
+  # last process took: a pass cut at the timeout is finished by another process in the next
+  # call (an H100 8B table of 2026-11-27 ran in five processes, not three), and the seconds
+  # left idle are device time not held
+  local end=$((SECONDS + ${JOB_TIMEOUT:-540})) rc=75 last=0 t0
+  while [ $rc = 75 ] && [ $((end - SECONDS)) -gt $last ]; do
+    t0=$SECONDS
     timeout $((end - SECONDS)) python3 -m profiles.vllm_run "$job" --out $dir >> $dir/log.txt 2>&1
-    rc=$?
+    rc=$? last=$((SECONDS - t0))
   done
+  [ $rc = 75 ] && echo "passes left; $((end - SECONDS)) s left of JOB_TIMEOUT, the last engine took ${last} s: call again with RESUME=1"
   echo "rc=$rc $name $(date +%T)"
   grep -E "^\[|^phase|Error|error|Traceback" $dir/log.txt | tail -n 25
   tar czf $OUT/$name.tgz -C /tmp/runs $name
