@@ -7,11 +7,12 @@ in one fresh engine and traces a few of them with vLLM's torch profiler, so that
 traces can be set side by side: the same kernels launched more slowly (host speed), or other
 kernels (a per-process choice: autotuning, the compile cache).
 
-``python -m profiles.launch_trace MODEL_DIR --out DIR`` (one engine process; start it again for
-another draw) writes ``DIR/launch.json``: per prompt size, the time to first token of ``--n``
-prompts run one at a time on the idle engine (``max_tokens`` 1, so one prefill step each: at
-600 tokens, above the largest CUDA graph and a few ms of GPU work for an 8B, it is the host's
-launch), and ``DIR/trace/``: vLLM's torch-profiler trace of ``--traced`` more 600-token prompts.
+``python -m profiles.launch_trace MODEL_DIR --out DIR`` (one engine process, the model as its
+``config.json`` declares it and a bf16 KV cache; start it again for another draw) writes
+``DIR/launch.json``: per prompt size, the time to first token of ``--n`` prompts run one at a
+time on the idle engine (``max_tokens`` 1, so one prefill step each: at 600 tokens, above the
+largest CUDA graph and a few ms of GPU work for an 8B, it is the host's launch), and
+``DIR/trace/``: vLLM's torch-profiler trace of ``--traced`` more 600-token prompts.
 
 ``python -m profiles.launch_trace --summary DIR ...`` (no GPU) prints, per run: the medians, and
 from the trace the kernels launched (count, distinct names), the launch calls' count and mean
@@ -119,12 +120,12 @@ async def _ttfts(client, tag: str, size: int, n: int) -> list[float]:
     return out
 
 
-def load_trace(run_dir: Path) -> list[dict]:
+def load_trace(run_dir: Path) -> list[dict] | None:
     """The events of the engine core's (the worker's, ``rank0``) trace under ``run_dir/trace``
-    (beside it vLLM writes the frontend's, ``*.async_llm.*``)."""
+    (beside it vLLM writes the frontend's, ``*.async_llm.*``); None where the run kept none."""
     files = sorted((run_dir / "trace").glob("rank0*.json*"))
     if not files:
-        raise SystemExit(f"{run_dir}/trace: no trace file")
+        return None
     opener = gzip.open if files[0].suffix == ".gz" else open
     with opener(files[0], "rt") as f:
         return json.load(f)["traceEvents"]
@@ -180,11 +181,11 @@ def summarize(dirs: list[Path]) -> None:
                   f"({total / n:.1f} a prompt); top frames:")  # fmt: skip
             for k, v in leaves.most_common(8):
                 print(f"    {v / n:6.2f} a prompt  {k[:100]}")
-        try:
-            t = trace_summary(load_trace(d))
-        except SystemExit as e:
-            print(f"  {e}")
+        events = load_trace(d)
+        if events is None:
+            print(f"  {d}/trace: no trace file")
             continue
+        t = trace_summary(events)
         names[d] = t.pop("kernel_names")
         print(f"  trace: {t}, {len(names[d])} distinct kernels")
     runs = list(names)
