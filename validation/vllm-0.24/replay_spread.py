@@ -64,6 +64,8 @@ REPEATS = (
            "real/h200_qwen3-30b-a3b_tp2", "serving_repeats/h200_qwen3-30b-a3b_tp2_host2"),
     Repeat("h100/deepseek-v2-lite", "two H100s", "real/h100_deepseek-v2-lite",
            "serving_repeats/h100_deepseek-v2-lite_host2"),
+    Repeat("h100/deepseek-v2-lite", "two H100s (the earlier table's)",
+           "real/h100_deepseek-v2-lite", "serving_repeats/h100_deepseek-v2-lite_host3"),
     Repeat("h200/llama-3-8b", "two H200s (a third)", "real/h200_llama-3-8b",
            "serving_repeats/h200_llama-3-8b_host4"),
     Repeat("h200/llama-3-8b-int4", "two H200s (the table's and another)",
