@@ -18,7 +18,9 @@ Printed per engine process too, where a run had several (a resumed run, or one p
 `profiles.vllm_run`): the launch time is drawn per process. The H100 DeepSeek-V2-Lite table's
 two processes, one host, minutes apart: eager launches 99 vs 64 ms, graph ones 20 vs 14 ms.
 
-Run: ``python -m profiles.diag_launch RUN_DIR [RUN_DIR ...]`` (folders with steps.jsonl.*).
+Run: ``python -m profiles.diag_launch RUN_DIR [RUN_DIR ...] [--by-decodes]`` (folders with
+steps.jsonl.*; ``--by-decodes``: the 1,025-4,096-token launches per process by the decodes
+running beside them, `by_decodes`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,11 @@ from profiles.vllm_steps import engine_processes, read_steps
 MAX_PLAN_GAP_S = 0.030
 #: sizes of the launched step (prompt tokens + decodes) the report groups by
 SIZE_EDGES = (0, 512, 1024, 4096, 8192, 1 << 30)
+#: ranges of the decodes running beside a launch (the decode step's ``nd``), `by_decodes`
+DECODE_EDGES = (0, 8, 32, 128, 512, 1 << 30)
+#: the launched steps `by_decodes` reads: one size range (prompt tokens + decodes), eager on
+#: every shipped table and the commonest launched size in the serving replays
+BY_DECODES_TOKENS = (1024, 4096)
 
 
 def prompt_tokens(step: dict) -> int:
@@ -43,17 +50,37 @@ def prompt_tokens(step: dict) -> int:
     return sum(chunk[1] for chunk in step.get("pf", ()))
 
 
-def launches(steps: list[dict]) -> list[tuple[int, float]]:
-    """(size of the launched step, launch seconds) of each decode step followed by a prompt
-    step launched behind it (module docstring); ``steps`` in completion order."""
+def launches_behind(steps: list[dict]) -> list[tuple[int, int, float]]:
+    """(size of the launched step, decodes of the step it was launched behind, launch seconds)
+    of each decode step followed by a prompt step launched behind it (module docstring);
+    ``steps`` in completion order."""
     out = []
     for d, p in zip(steps, steps[1:], strict=False):
         if prompt_tokens(d) or not d.get("nd") or not prompt_tokens(p):
             continue
         # planned after D's output came back: nothing was launched behind D
         if 0 < p["t_sched"] - d["t_sched"] <= MAX_PLAN_GAP_S and p["t_sched"] < d["t_done"]:
-            out.append((prompt_tokens(p) + p.get("nd", 0), d["t_done"] - p["t_sched"]))
+            out.append((prompt_tokens(p) + p.get("nd", 0), d["nd"], d["t_done"] - p["t_sched"]))
     return out
+
+
+def launches(steps: list[dict]) -> list[tuple[int, float]]:
+    """(size of the launched step, launch seconds): `launches_behind` without the decodes."""
+    return [(n, w) for n, _, w in launches_behind(steps)]
+
+
+def by_decodes(found: list[tuple[int, int, float]]) -> list[dict]:
+    """Count and median (ms) of the launches of `BY_DECODES_TOKENS`-sized steps per range of the
+    decodes running beside them (`DECODE_EDGES`). Why: the tables charge one launch
+    distribution per kind (graph / eager), whatever the running batch, while the host work of
+    launching a step may grow with the sequences it carries (a reading, not a fitted feature)."""
+    lo_n, hi_n = BY_DECODES_TOKENS
+    rows = []
+    for lo, hi in zip(DECODE_EDGES, DECODE_EDGES[1:], strict=False):
+        ms = [w * 1e3 for n, nd, w in found if lo_n < n <= hi_n and lo < nd <= hi]
+        if ms:
+            rows.append({"decodes": f"{lo + 1}-{hi}", "n": len(ms), "p50": float(np.median(ms))})
+    return rows
 
 
 def by_size(found: list[tuple[int, float]]) -> list[dict]:
@@ -105,7 +132,13 @@ def _print(found: list[tuple[int, float]], indent: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("runs", nargs="+", help="run folders holding steps.jsonl.*")
-    for run in ap.parse_args(argv).runs:
+    ap.add_argument(
+        "--by-decodes",
+        action="store_true",
+        help="also the 1,025-4,096-token launches by the decodes beside them",
+    )
+    a = ap.parse_args(argv)
+    for run in a.runs:
         if not Path(run).is_dir():
             ap.error(f"{run}: not a folder (expected a run folder holding steps.jsonl.*)")
         steps = read_steps(str(Path(run) / "steps.jsonl"))
@@ -117,6 +150,11 @@ def main(argv: list[str] | None = None) -> int:
         for k, part in enumerate(procs if len(procs) > 1 else []):
             print(f"  engine process {k} ({len(part)} steps):")
             _print(launches(part), "    ")
+        for k, part in enumerate(procs if a.by_decodes else []):
+            cells = [f"{r['decodes']}: {r['p50']:.1f} ms ({r['n']})"
+                     for r in by_decodes(launches_behind(part))]  # fmt: skip
+            head = f"  process {k}, 1,025-4,096-token launches by decodes beside"
+            print(f"{head}: {'; '.join(cells)}")
     return 0
 
 

@@ -54,3 +54,22 @@ def test_launches_are_summarised_per_engine_process_graph_and_eager_apart():
     # tagged rows win over gaps: all in one process although 60 s apart
     tagged = [{**s, "proc": 0} for s in first + second]
     assert [p["steps"] for p in launches_by_process(tagged, graph_max=512)] == [6]
+
+
+def test_launches_are_grouped_by_the_decodes_running_beside_them():
+    """`by_decodes` reads only launched steps of 1,025-4,096 tokens and groups them by the
+    launching decode step's ``nd``: 4 and 6 decodes share the 1-8 range (median of 10 and 20
+    ms), 200 decodes fall in 129-512; a 6,000-token launch is left out."""
+    from profiles.diag_launch import by_decodes, launches_behind
+
+    steps = [
+        _step(0.000, 0.015, 4), _step(0.005, 0.020, 4, [2000]),  # 10 ms behind 4 decodes
+        _step(0.100, 0.125, 6), _step(0.105, 0.130, 6, [3000]),  # 20 ms behind 6
+        _step(0.200, 0.250, 200), _step(0.210, 0.260, 200, [1500]),  # 40 ms behind 200
+        _step(0.300, 0.390, 200), _step(0.310, 0.400, 200, [6000]),  # 6,200 tokens: not read
+    ]  # fmt: skip
+    found = launches_behind(steps)
+    assert [(n, nd) for n, nd, _ in found] == [(2004, 4), (3006, 6), (1700, 200), (6200, 200)]
+    rows = by_decodes(found)
+    assert [(r["decodes"], r["n"]) for r in rows] == [("1-8", 2), ("129-512", 1)]
+    assert abs(rows[0]["p50"] - 15.0) < 1e-9 and abs(rows[1]["p50"] - 40.0) < 1e-9
