@@ -33,17 +33,6 @@ MIN_TRAIN, MIN_TEST = 20, 5
 PER_DECODES = 256
 
 
-def launch_rows(model: EngineStepModel, graph: bool) -> list[dict]:
-    """The decode steps whose interval held a launch of a step of the given kind (`_attribute`):
-    each with its ``proc``, ``decode_seqs``, ``wait_s`` and ``split``."""
-    return [
-        r
-        for r in model.rows
-        if r["next_tokens"] and r["prefill_tokens"] == 0 and r.get("wait_s")
-        and model.runs_in_graph(r["next_tokens"]) == graph
-    ]  # fmt: skip
-
-
 def slope_check(rows: list[dict]) -> dict | None:
     """Fit ``wait / process median = c0 + c1 * decodes`` (median regression, ``c >= 0``) on the
     training rows; judge it and the constant (1: the process median) on the held-out rows of
@@ -78,8 +67,9 @@ def table_rows(table_dir: Path) -> list[str]:
         warnings.simplefilter("ignore")
         model = EngineStepModel(table_dir, meta["model"]["name"], int(meta["tp"]))
     out = []
+    by_kind = model.launch_rows(model.rows)  # all splits: `slope_check` fits on train only
     for kind, graph in (("graph", True), ("eager", False)):
-        res = slope_check(launch_rows(model, graph))
+        res = slope_check(by_kind[graph])
         if res is None:
             continue
         (m0, m1), (q0, q1) = res["median"], res["p90"]

@@ -430,10 +430,9 @@ class EngineStepModel:
         on one scale first (`launches_across_processes`): the launch time is drawn per
         process, so each process is one draw of its level and the table's is their median."""
         by_proc: dict[bool, dict[int, list[float]]] = {True: {}, False: {}}
-        for r in train:
-            if r["next_tokens"] and r["prefill_tokens"] == 0:
-                kind = by_proc[self.runs_in_graph(r["next_tokens"])]
-                kind.setdefault(r["proc"], []).append(r["wait_s"])
+        for g, rows in self.launch_rows(train).items():
+            for r in rows:
+                by_proc[g].setdefault(r["proc"], []).append(r["wait_s"])
         #: launches attributed per kind, also where too few leave the kind uncharged: how
         #: much the launch time of a table stands on (a handful is a thin sample of a host's spread)
         self.launch_counts = {k: sum(map(len, v.values())) for k, v in by_proc.items()}
@@ -444,6 +443,16 @@ class EngineStepModel:
             for k, v in by_proc.items()
         }
         self.launch = {k: float(np.median(v)) for k, v in self.launch_waits.items()}
+
+    def launch_rows(self, rows: list[dict]) -> dict[bool, list[dict]]:
+        """The decode-only steps of ``rows`` whose stamp interval held a launch
+        (`_attribute_launch`: ``next_tokens`` and ``wait_s`` set), by the launched step's kind
+        (True: within the largest CUDA graph); what `_fit_launch` takes its launch times from."""
+        out: dict[bool, list[dict]] = {True: [], False: []}
+        for r in rows:
+            if r["next_tokens"] and r["prefill_tokens"] == 0:
+                out[self.runs_in_graph(r["next_tokens"])].append(r)
+        return out
 
     def launch_s(self, tokens: int) -> float:
         """Host time to launch a step of ``tokens`` tokens (`_fit_launch`)."""
