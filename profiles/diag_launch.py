@@ -18,9 +18,10 @@ Printed per engine process too, where a run had several (a resumed run, or one p
 `profiles.vllm_run`): the launch time is drawn per process. The H100 DeepSeek-V2-Lite table's
 two processes, one host, minutes apart: eager launches 99 vs 64 ms, graph ones 20 vs 14 ms.
 
-Run: ``python -m profiles.diag_launch RUN_DIR [RUN_DIR ...] [--by-decodes]`` (folders with
-steps.jsonl.*; ``--by-decodes``: the 1,025-4,096-token launches per process by the decodes
-running beside them, `by_decodes`).
+Run: ``python -m profiles.diag_launch RUN_DIR [RUN_DIR ...] [--by-decodes] [--by-family]``
+(folders with steps.jsonl.*; ``--by-decodes``: the 1,025-4,096-token launches per process by
+the decodes running beside them, `by_decodes`; ``--by-family``: the same per family of the
+launched step, `by_family`).
 """
 
 from __future__ import annotations
@@ -50,18 +51,45 @@ def prompt_tokens(step: dict) -> int:
     return sum(chunk[1] for chunk in step.get("pf", ()))
 
 
-def launches_behind(steps: list[dict]) -> list[tuple[int, int, float]]:
-    """(size of the launched step, decodes of the step it was launched behind, launch seconds)
-    of each decode step followed by a prompt step launched behind it (module docstring);
-    ``steps`` in completion order."""
-    out = []
+def _launch_pairs(steps: list[dict]):
+    """(D, P) for each decode step D followed by a prompt step P launched behind it (module
+    docstring); ``steps`` in completion order."""
     for d, p in zip(steps, steps[1:], strict=False):
         if prompt_tokens(d) or not d.get("nd") or not prompt_tokens(p):
             continue
         # planned after D's output came back: nothing was launched behind D
         if 0 < p["t_sched"] - d["t_sched"] <= MAX_PLAN_GAP_S and p["t_sched"] < d["t_done"]:
-            out.append((prompt_tokens(p) + p.get("nd", 0), d["nd"], d["t_done"] - p["t_sched"]))
-    return out
+            yield d, p
+
+
+def launches_behind(steps: list[dict]) -> list[tuple[int, int, float]]:
+    """(size of the launched step, decodes of the step it was launched behind, launch seconds)
+    of each launch in ``steps`` (completion order)."""
+    return [
+        (prompt_tokens(p) + p.get("nd", 0), d["nd"], d["t_done"] - p["t_sched"])
+        for d, p in _launch_pairs(steps)
+    ]
+
+
+def family(step: dict) -> str:
+    """What submitted a prompt step's first chunk: the request id's leading name, the grid's
+    scenario family in a profiling run (``arrive_b8_c1024/3`` -> ``arrive``), the case's trace
+    in a serving replay (``conv_light/17`` -> ``conv``)."""
+    rid = str(step["pf"][0][0])
+    return rid.split("/")[0].split("_")[0]
+
+
+def by_family(steps: list[dict]) -> dict[str, list[dict]]:
+    """`by_decodes` of the launches in ``steps`` per family of the launched step (`family`).
+    Why: tests whether serving-like load sets the launch level. In one engine process, the
+    grid's ``arrive`` prompts land beside a streaming population (arrivals at seeded gaps,
+    hundreds of requests in flight in its large bases) and ``inject`` prompts one at a time; a
+    host-load effect would make ``arrive`` launches the slower ones in every process."""
+    found: dict[str, list] = {}
+    for d, p in _launch_pairs(steps):
+        row = (prompt_tokens(p) + p.get("nd", 0), d["nd"], d["t_done"] - p["t_sched"])
+        found.setdefault(family(p), []).append(row)
+    return {fam: by_decodes(rows) for fam, rows in sorted(found.items())}
 
 
 def launches(steps: list[dict]) -> list[tuple[int, float]]:
@@ -137,6 +165,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also the 1,025-4,096-token launches by the decodes beside them",
     )
+    ap.add_argument(
+        "--by-family",
+        action="store_true",
+        help="also the 1,025-4,096-token launches per process by the family of the launched "
+        "step (grid scenario family, or a replay's trace) and the decodes beside them",
+    )
     a = ap.parse_args(argv)
     for run in a.runs:
         if not Path(run).is_dir():
@@ -155,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
                      for r in by_decodes(launches_behind(part))]  # fmt: skip
             head = f"  process {k}, 1,025-4,096-token launches by decodes beside"
             print(f"{head}: {'; '.join(cells)}")
+        for k, part in enumerate(procs if a.by_family else []):
+            for fam, rows in by_family(part).items():
+                cells = [f"{r['decodes']}: {r['p50']:.1f} ms ({r['n']})" for r in rows]
+                print(f"  process {k}, {fam}: {'; '.join(cells) or 'none of 1,025-4,096 tokens'}")
     return 0
 
 

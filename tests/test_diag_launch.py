@@ -73,3 +73,28 @@ def test_launches_are_grouped_by_the_decodes_running_beside_them():
     rows = by_decodes(found)
     assert [(r["decodes"], r["n"]) for r in rows] == [("1-8", 2), ("129-512", 1)]
     assert abs(rows[0]["p50"] - 15.0) < 1e-9 and abs(rows[1]["p50"] - 40.0) < 1e-9
+
+
+def test_launches_are_split_by_the_family_of_the_launched_step():
+    """`by_family` names each launch by its prompt step's first request (``arrive_b8_c1024/3``
+    -> ``arrive``) and groups each family's launches by the decodes beside them: the two
+    ``arrive`` launches (10 and 30 ms behind 4 and 8 decodes) share the 1-8 range, the
+    ``inject`` one (40 ms behind 200) falls in 129-512."""
+    from profiles.diag_launch import by_family, family
+
+    def step(t_sched, t_done, nd, rid=None):
+        return {"t_sched": t_sched, "t_done": t_done, "nd": nd,
+                "pf": [[rid, 2000, 0]] if rid else []}  # fmt: skip
+
+    steps = [
+        step(0.000, 0.015, 4), step(0.005, 0.020, 4, "arrive_b8_c1024/3"),
+        step(0.100, 0.135, 8), step(0.105, 0.140, 8, "arrive_b8_c1024~r1/0"),
+        step(0.200, 0.250, 200), step(0.210, 0.260, 200, "inject_b192_c1024/1"),
+    ]  # fmt: skip
+    assert family(steps[1]) == "arrive" and family({"pf": [["conv_light/17", 5, 0]]}) == "conv"
+    got = by_family(steps)
+    assert list(got) == ["arrive", "inject"]
+    assert [(r["decodes"], r["n"]) for r in got["arrive"]] == [("1-8", 2)]
+    assert abs(got["arrive"][0]["p50"] - 20.0) < 1e-9
+    assert [(r["decodes"], r["n"]) for r in got["inject"]] == [("129-512", 1)]
+    assert abs(got["inject"][0]["p50"] - 40.0) < 1e-9

@@ -203,6 +203,8 @@ class EngineStepModel:
         #: for a mixture of experts, its decode steps against the uniform-routing bound
         #: (`simulator.latency.routing_check`; set by `select`), else None
         self.routing: dict | None = None
+        #: launches charged at another host's level (`scale_launches`; set by `select`), or None
+        self.launch_scale: dict | None = None
         #: the largest decode-only batch on the decode curve (`_on_decode_curve`)
         self.decode_top = self._decode_top()
         fe = self.meta.get("frontend") or {}
@@ -443,6 +445,38 @@ class EngineStepModel:
             for k, v in by_proc.items()
         }
         self.launch = {k: float(np.median(v)) for k, v in self.launch_waits.items()}
+
+    def scale_launches(self, how: float | str) -> None:
+        """Charge launches as a host of another speed would: every launch time of a kind
+        (``launch_waits``, ``launch``) times that kind's factor. ``how``: a number (> 0, one
+        factor for both kinds), ``slowest`` or ``fastest`` (per kind, the slowest or fastest of
+        the table's engine processes' median launches over the table's level; a kind with fewer
+        than two such processes keeps 1). Recorded in ``launch_scale`` (`describe`).
+
+        Why: the launch of a step is drawn per engine process, and a serving run is one
+        process (`launches_across_processes`); a table charges its processes' median level.
+        Asking for another level shows how much of a prediction rests on that draw (H100
+        DeepSeek-V2-Lite's three processes launched eager prompt steps at 64-85 ms,
+        validation/vllm-0.24/launch_band.md). Raises ValueError for another ``how``, or for
+        ``slowest`` / ``fastest`` on a table whose launches come from one engine process."""
+        if isinstance(how, str):
+            if how not in ("slowest", "fastest"):
+                raise ValueError(f"expected a number > 0, slowest or fastest, got {how!r}")
+            pick = max if how == "slowest" else min
+            factors = {}
+            for g, medians in self.launch_process_medians.items():
+                level = self.launch[g]
+                factors[g] = pick(medians.values()) / level if len(medians) > 1 and level else 1.0
+            if all(len(m) < 2 for m in self.launch_process_medians.values()):
+                raise ValueError(f"the table's launches come from one engine process; {how} "
+                                 "needs two or more (give a number instead)")  # fmt: skip
+        elif how > 0:
+            factors = {True: float(how), False: float(how)}
+        else:
+            raise ValueError(f"expected a number > 0, slowest or fastest, got {how!r}")
+        self.launch_waits = {g: [w * factors[g] for w in v] for g, v in self.launch_waits.items()}
+        self.launch = {g: v * factors[g] for g, v in self.launch.items()}
+        self.launch_scale = {"asked": how, "graph": factors[True], "eager": factors[False]}
 
     def launch_rows(self, rows: list[dict]) -> dict[bool, list[dict]]:
         """The decode-only steps of ``rows`` whose stamp interval held a launch
@@ -699,6 +733,7 @@ class EngineStepModel:
                 }
                 for kind, g in (("graph", True), ("eager", False))
             },
+            **({"launch_scale": self.launch_scale} if self.launch_scale is not None else {}),
             "frontend": self.meta.get("frontend") or "not measured",
             "clock_dip": self.clock_dip.describe() if self.clock_dip else "none fitted",
             **({"routing_check": self.routing} if self.routing is not None else {}),

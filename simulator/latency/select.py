@@ -21,6 +21,11 @@ TP layout, `simulator.latency.shard`, which adds the collectives that join the s
 shipped (``profiles/<gpu>/nccl_x<tp>/``, `simulator.latency.collectives`), else the link
 estimate; ``estimate`` always the link estimate; a folder: that table, which must have measured
 this GPU at this tp.
+
+``latency.launch_scale`` (a table measured through an engine only): charge the host's launch of
+each step at another level than the table's median engine process, a number (a factor on every
+launch time) or ``slowest`` / ``fastest`` (the table's slowest or fastest engine process);
+`EngineStepModel.scale_launches` says why. Any other latency model is an error.
 """
 
 from __future__ import annotations
@@ -157,7 +162,43 @@ def build_latency(
     coll_spec = sec.raw("collectives", "auto")
     if not isinstance(coll_spec, str):
         raise sec.error("collectives", f"expected auto, estimate or a folder, got {coll_spec!r}")
+    launch_scale = _launch_scale(sec)
     sec.done()
+    lat = _build(sec, kind, table, overhead_ms, step_ms, coll_spec, model, gpu, tp, where,
+                 base_dir, engine, expert_parallel)  # fmt: skip
+    if launch_scale is not None:
+        _scale_launches(sec, lat, launch_scale)
+    return lat
+
+
+def _launch_scale(sec: Section) -> float | str | None:
+    """``latency.launch_scale``: None (the table's level), a number > 0, ``slowest`` or
+    ``fastest`` (`EngineStepModel.scale_launches`)."""
+    how = sec.raw("launch_scale", None)
+    if how is None or how in ("slowest", "fastest"):
+        return how
+    if isinstance(how, bool) or not isinstance(how, (int, float)) or not how > 0:
+        raise sec.error("launch_scale", f"expected a number > 0, slowest or fastest, got {how!r}")
+    return float(how)
+
+
+def _scale_launches(sec: Section, lat, how: float | str) -> None:
+    """Charge ``lat``'s launches at another host's level; only a table measured through an
+    engine charges launches (others: an error naming the model that was picked)."""
+    if not hasattr(lat, "scale_launches"):
+        picked = getattr(lat, "name", type(lat).__name__)
+        raise sec.error("launch_scale", "only a table measured through an engine (latency: "
+                        f"auto or profile with the vllm policy) charges launch times; this run "
+                        f"is timed by {picked}")  # fmt: skip
+    try:
+        lat.scale_launches(how)
+    except ValueError as e:
+        raise sec.error("launch_scale", f"{lat.name}: {e}") from None
+
+
+def _build(sec, kind, table, overhead_ms, step_ms, coll_spec, model, gpu, tp, where, base_dir,
+           engine, expert_parallel):  # fmt: skip
+    """`build_latency` once its section is read."""
 
     def collectives():  # read only where a roofline is built
         return _read_collectives(sec, coll_spec, gpu, tp, Path(base_dir))
