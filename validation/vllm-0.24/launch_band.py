@@ -47,6 +47,7 @@ from simulator.latency.engine_steps import MIN_LAUNCHES, EngineStepModel  # noqa
 #: the shipped tables of the pairs this can split (their raw runs span several engine processes)
 TABLES = {
     "h100/llama-3-8b": "profiles/h100/vllm-0.24/llama-3-8b_tp1",
+    "h100/qwen2.5-7b": "profiles/h100/vllm-0.24/qwen2.5-7b_tp1",
     "h100/deepseek-v2-lite": "profiles/h100/vllm-0.24/deepseek-v2-lite_tp1",
     "h200/gemma-3-27b": "profiles/h200/vllm-0.24/gemma-3-27b_tp1",
     "h200/qwen3-30b-a3b-tp2": "profiles/h200/vllm-0.24/qwen3-30b-a3b_tp2",
