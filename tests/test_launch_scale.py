@@ -78,6 +78,7 @@ def test_the_config_option_reaches_the_table_and_is_refused_elsewhere(tmp_path):
         ({"model": "auto", "launch_scale": 0}, "a number > 0, slowest or fastest"),
         ({"model": "auto", "launch_scale": "fast"}, "a number > 0, slowest or fastest"),
         ({"model": "auto", "launch_scale": True}, "a number > 0, slowest or fastest"),
+        ({"model": "auto", "launch_scale": float("inf")}, "a number > 0, slowest or fastest"),
     ]
     for latency, message in cases:
         with pytest.raises(ConfigError, match=message) as e:

@@ -31,6 +31,7 @@ launch time) or ``slowest`` / ``fastest`` (the table's slowest or fastest engine
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 from simulator.cfg import Section
@@ -177,7 +178,8 @@ def _launch_scale(sec: Section) -> float | str | None:
     how = sec.raw("launch_scale", None)
     if how is None or how in ("slowest", "fastest"):
         return how
-    if isinstance(how, bool) or not isinstance(how, (int, float)) or not how > 0:
+    number = isinstance(how, (int, float)) and not isinstance(how, bool)
+    if not number or not math.isfinite(how) or not how > 0:
         raise sec.error("launch_scale", f"expected a number > 0, slowest or fastest, got {how!r}")
     return float(how)
 
