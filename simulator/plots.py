@@ -112,15 +112,9 @@ class Sweep:
         self.x = rate[0] if rate else (numeric[0] if numeric else None)
         self.x_label = X_LABELS.get(self.x, self.x.split(".")[-1] if self.x else None)
         self.x_what = "load" if self.x in RATE_KEYS else self.x_label
-        others = [c for c in swept if c != self.x]
-        short = {c: c.split(".")[-1] for c in others}
+        self._others = others = [c for c in swept if c != self.x]
         if others:
-            self.df["label"] = [
-                ", ".join(
-                    _show(r[c]) if len(others) == 1 else f"{short[c]}={_show(r[c])}" for c in others
-                )
-                for _, r in self.df.iterrows()
-            ]
+            self.df["label"] = [_label(r, others) for _, r in self.df.iterrows()]
         else:
             self.df["label"] = index["point"].fillna("").astype(str) if self.x is None else "run"
         self.labels = list(dict.fromkeys(self.df["label"]))
@@ -140,11 +134,13 @@ class Sweep:
                          if len({s[k] for s in setups.values()}) > 1]  # fmt: skip
         if not self.per_line:
             return
-        only_model = set(self._swept) <= {"model", self.x}
+        # the swept values the name states (a whole model swept) are not repeated after it
+        rest = [c for c in self._others if not ("model" in self.per_line and c in NAMED_BY_MODEL)]
         rename = {}
         for lb in self.labels:
             named = " / ".join(setups[lb][k] for k in self.per_line)
-            rename[lb] = named if only_model else f"{named} ({lb})"
+            row = self.df[self.df["label"] == lb].iloc[0]
+            rename[lb] = f"{named} ({_label(row, rest, pairs=True)})" if rest else named
         self.df["label"] = self.df["label"].map(rename)
         self.labels = [rename[lb] for lb in self.labels]
 
@@ -182,6 +178,30 @@ class Sweep:
         if self.x is not None:
             d = d[d[self.x] == d[self.x].max()]
         return self.folder / d.sort_values("seed")["folder"].iloc[0]
+
+
+#: swept keys whose value a line's model name (`describe_setup`) already states
+NAMED_BY_MODEL = ("model", "model.base")
+#: a legend with a label longer than this, or with more lines, goes below the figure's axes
+LEGEND_INSIDE_CHARS, LEGEND_INSIDE_LINES = 40, 6
+
+
+def _label(row, columns: list[str], pairs: bool = False) -> str:
+    """A line's label from its swept values: the value alone when one key is swept (unless
+    ``pairs``), else ``key=value`` pairs (the key's last dotted part)."""
+    if len(columns) == 1 and not pairs:
+        return _show(row[columns[0]])
+    return ", ".join(f"{c.split('.')[-1]}={_show(row[c])}" for c in columns)
+
+
+def _legend(fig: Figure, ax, **kw) -> None:
+    """``ax``'s legend inside it, or below the figure's axes when its labels are long or many
+    (inside, a long legend covers the lines it names)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if len(labels) > LEGEND_INSIDE_LINES or max(map(len, labels), default=0) > LEGEND_INSIDE_CHARS:
+        fig.legend(handles, labels, loc="outside lower center", ncol=2, fontsize=8, **kw)
+    else:
+        ax.legend(fontsize=8, **kw)
 
 
 def _show(value) -> str:
@@ -256,7 +276,7 @@ def _vs_rate(sweep: Sweep, lat: str, name: str, title: str) -> Figure:
             ax.axhline(slo_ms, color="k", ls="--", lw=1, label=f"SLO {slo_ms:g} ms")
         ax.set_ylabel(f"{p} {name} (ms)")
         ax.set_title(f"{p} {name}")
-    axes[0].legend(fontsize=8, title=_band_note(sweep), title_fontsize=8)
+    _legend(fig, axes[0], title=_band_note(sweep), title_fontsize=8)
     fig.suptitle(f"{name} vs {sweep.x_what} - {title}", fontsize=10)
     return fig
 
@@ -276,7 +296,7 @@ def _goodput(sweep: Sweep, title: str) -> Figure:
     a2.set_title("SLO attainment")
     ttft, tpot = _slo(sweep, "ttft_ms"), _slo(sweep, "tpot_ms")
     slo = ", ".join(f"{n} <= {v:g} ms" for n, v in (("TTFT", ttft), ("TPOT", tpot)) if v)
-    a1.legend(fontsize=8, title=_band_note(sweep), title_fontsize=8)
+    _legend(fig, a1, title=_band_note(sweep), title_fontsize=8)
     fig.suptitle(f"goodput vs {sweep.x_what} (SLO: {slo or 'none set'})\n{title}", fontsize=10)
     return fig
 
@@ -300,7 +320,7 @@ def _cdfs(runs: dict, title: str, at, x_label) -> Figure:
         ax.grid(True, which="both", alpha=0.3)
         for q in (0.5, 0.95, 0.99):
             ax.axhline(q, color="gray", lw=0.6, ls=":")
-    axes[0].legend(fontsize=8)
+    _legend(fig, axes[0])
     where = f" at {x_label} = {at:g}" if at is not None else ""
     fig.suptitle(f"latency CDFs{where} - {title}", fontsize=10)
     return fig

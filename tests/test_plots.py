@@ -62,3 +62,30 @@ def test_lines_of_other_models_name_their_own_model_and_latency_model(tmp_path):
     assert sweep.per_line == ["model"]
     assert sweep.labels == ["llama-3-8b", "llama-3-8b (fp8, KV fp8)"]
     assert "models per line" in sweep.title()
+
+
+def test_lines_of_other_models_keep_their_other_swept_values_once(tmp_path):
+    """A swept model and another swept key: each line is named by its model, then the other
+    key as ``key=value`` (the model is not repeated in the parentheses); labels that long put
+    the legend below the axes, where it covers no line."""
+    import pandas as pd
+
+    from simulator.plots import Sweep, _goodput
+
+    out = tmp_path / "sweep"
+    grid = {"workload.arrival.rate_per_s": [2, 8], "model": ["llama-3-8b", "qwen2.5-7b"],
+            "scheduler.max_num_seqs": [4, 64]}  # fmt: skip
+    cfg = tiny(sweep=grid, seeds=[0], hardware={"gpu": "h100", "tp": 1},
+               latency={"model": "roofline"})  # fmt: skip
+    run_sweep(cfg, "t.yaml", Path("."), out, progress=False)
+    sweep = Sweep(out, pd.read_csv(out / "index.csv"))
+    assert sweep.labels == [
+        f"{m} (max_num_seqs={n})" for m in ("llama-3-8b", "qwen2.5-7b") for n in (4, 64)
+    ]
+    fig = _goodput(sweep, sweep.title())
+    assert not fig.legends and fig.axes[0].get_legend() is not None  # short labels: inside
+    sweep.df["label"] = sweep.df["label"] + " with a name long enough to cover a plot"
+    sweep.labels = list(dict.fromkeys(sweep.df["label"]))
+    fig = _goodput(sweep, sweep.title())
+    assert len(fig.legends) == 1 and fig.axes[0].get_legend() is None
+    assert len(fig.legends[0].get_texts()) == 5  # four lines and the offered load
