@@ -156,17 +156,9 @@ def build_latency(
     with data parallelism) has none, so there ``profile`` or a named table is an error and
     ``auto`` falls back to the roofline model, saying why when a table of another layout
     exists."""
-    kind = sec.str("model", "auto", choices=["auto", "profile", "roofline", "constant"])
-    table = sec.str("table", None)
-    overhead_ms = sec.num("step_overhead_ms", None, min=0)
-    step_ms = sec.num("step_ms", None, min=0, strict_min=True)
-    coll_spec = sec.raw("collectives", "auto")
-    if not isinstance(coll_spec, str):
-        raise sec.error("collectives", f"expected auto, estimate or a folder, got {coll_spec!r}")
-    launch_scale = _launch_scale(sec)
-    sec.done()
-    lat = _build(sec, kind, table, overhead_ms, step_ms, coll_spec, model, gpu, tp, where,
-                 base_dir, engine, expert_parallel)  # fmt: skip
+    launch_scale = _launch_scale(sec)  # read first: `_build_latency` closes the section
+    lat = _build_latency(sec, model, gpu, tp, where, base_dir, engine,
+                         expert_parallel=expert_parallel)  # fmt: skip
     if launch_scale is not None:
         _scale_launches(sec, lat, launch_scale)
     return lat
@@ -198,9 +190,19 @@ def _scale_launches(sec: Section, lat, how: float | str) -> None:
         raise sec.error("launch_scale", f"{lat.name}: {e}") from None
 
 
-def _build(sec, kind, table, overhead_ms, step_ms, coll_spec, model, gpu, tp, where, base_dir,
-           engine, expert_parallel):  # fmt: skip
-    """`build_latency` once its section is read."""
+def _build_latency(
+    sec: Section, model: ModelSpec, gpu: GPUSpec, tp: int, where: str, base_dir, engine=None,
+    *, expert_parallel: str | None = None,
+):  # fmt: skip
+    """`build_latency` but for ``launch_scale`` (read by it before this closes ``sec``)."""
+    kind = sec.str("model", "auto", choices=["auto", "profile", "roofline", "constant"])
+    table = sec.str("table", None)
+    overhead_ms = sec.num("step_overhead_ms", None, min=0)
+    step_ms = sec.num("step_ms", None, min=0, strict_min=True)
+    coll_spec = sec.raw("collectives", "auto")
+    if not isinstance(coll_spec, str):
+        raise sec.error("collectives", f"expected auto, estimate or a folder, got {coll_spec!r}")
+    sec.done()
 
     def collectives():  # read only where a roofline is built
         return _read_collectives(sec, coll_spec, gpu, tp, Path(base_dir))
