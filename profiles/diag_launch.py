@@ -62,13 +62,15 @@ def _launch_pairs(steps: list[dict]):
             yield d, p
 
 
+def _launch_row(d: dict, p: dict) -> tuple[int, int, float]:
+    """(size of the launched step P, decodes of the step D it was launched behind, launch
+    seconds) of one pair of `_launch_pairs`."""
+    return prompt_tokens(p) + p.get("nd", 0), d["nd"], d["t_done"] - p["t_sched"]
+
+
 def launches_behind(steps: list[dict]) -> list[tuple[int, int, float]]:
-    """(size of the launched step, decodes of the step it was launched behind, launch seconds)
-    of each launch in ``steps`` (completion order)."""
-    return [
-        (prompt_tokens(p) + p.get("nd", 0), d["nd"], d["t_done"] - p["t_sched"])
-        for d, p in _launch_pairs(steps)
-    ]
+    """`_launch_row` of each launch in ``steps`` (completion order)."""
+    return [_launch_row(d, p) for d, p in _launch_pairs(steps)]
 
 
 def family(step: dict) -> str:
@@ -87,8 +89,7 @@ def by_family(steps: list[dict]) -> dict[str, list[dict]]:
     host-load effect would make ``arrive`` launches the slower ones in every process."""
     found: dict[str, list] = {}
     for d, p in _launch_pairs(steps):
-        row = (prompt_tokens(p) + p.get("nd", 0), d["nd"], d["t_done"] - p["t_sched"])
-        found.setdefault(family(p), []).append(row)
+        found.setdefault(family(p), []).append(_launch_row(d, p))
     return {fam: by_decodes(rows) for fam, rows in sorted(found.items())}
 
 
@@ -151,6 +152,11 @@ def launches_by_process(steps: list[dict], graph_max: int) -> list[dict]:
     return out
 
 
+def _cells(rows: list[dict]) -> str:
+    """`by_decodes` rows as one printed line."""
+    return "; ".join(f"{r['decodes']}: {r['p50']:.1f} ms ({r['n']})" for r in rows)
+
+
 def _print(found: list[tuple[int, float]], indent: str) -> None:
     for r in by_size(found):
         print(f"{indent}{r['tokens']:>14} tokens: {r['n']:4d} launches, p10 / p50 / p90 "
@@ -185,14 +191,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  engine process {k} ({len(part)} steps):")
             _print(launches(part), "    ")
         for k, part in enumerate(procs if a.by_decodes else []):
-            cells = [f"{r['decodes']}: {r['p50']:.1f} ms ({r['n']})"
-                     for r in by_decodes(launches_behind(part))]  # fmt: skip
             head = f"  process {k}, 1,025-4,096-token launches by decodes beside"
-            print(f"{head}: {'; '.join(cells)}")
+            print(f"{head}: {_cells(by_decodes(launches_behind(part)))}")
         for k, part in enumerate(procs if a.by_family else []):
             for fam, rows in by_family(part).items():
-                cells = [f"{r['decodes']}: {r['p50']:.1f} ms ({r['n']})" for r in rows]
-                print(f"  process {k}, {fam}: {'; '.join(cells) or 'none of 1,025-4,096 tokens'}")
+                print(f"  process {k}, {fam}: {_cells(rows) or 'none of 1,025-4,096 tokens'}")
     return 0
 
 
