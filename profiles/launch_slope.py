@@ -25,7 +25,7 @@ import numpy as np
 
 from simulator.errors import ConfigError
 from simulator.files import load_yaml_file
-from simulator.latency.engine_steps import EngineStepModel, l1_fit
+from simulator.latency.engine_steps import EngineStepModel, l1_fit, process_medians
 
 #: fewer training / held-out launches of a kind than this and the kind is not judged
 MIN_TRAIN, MIN_TEST = 20, 5
@@ -35,12 +35,15 @@ PER_DECODES = 256
 
 def slope_check(rows: list[dict]) -> dict | None:
     """Fit ``wait / process median = c0 + c1 * decodes`` (median regression, ``c >= 0``) on the
-    training rows; judge it and the constant (1: the process median) on the held-out rows of
-    processes seen in training. None when either side has too few launches."""
-    train = [r for r in rows if r["split"] == "train"]
-    level = {}
-    for p in {r["proc"] for r in train}:
-        level[p] = float(np.median([r["wait_s"] for r in train if r["proc"] == p]))
+    training rows; judge it and the constant (1: the process median) on the held-out rows.
+    Only processes with a training median (`process_medians`: `engine_steps.MIN_LAUNCHES` training
+    launches or more) take part. None when either side has too few launches."""
+    train_waits: dict[int, list[float]] = {}
+    for r in rows:
+        if r["split"] == "train":
+            train_waits.setdefault(r["proc"], []).append(r["wait_s"])
+    level = process_medians(train_waits)  # the level the table charges each process at
+    train = [r for r in rows if r["split"] == "train" and r["proc"] in level]
     test = [r for r in rows if r["split"] == "test" and r["proc"] in level]
     if len(train) < MIN_TRAIN or len(test) < MIN_TEST:
         return None
