@@ -101,3 +101,26 @@ __all__ = [
     "metric_values",
     "SAME",
 ]
+
+
+def leave_one_out(
+    values: dict[str, dict[str, dict[str, float]]], min_others: int = 2
+) -> list[tuple[str, str, str, float]]:
+    """vLLM predicting itself: each run of ``values`` (run -> case -> metric -> value) in turn
+    is the reference, and each of its values is predicted by the median of the other runs'
+    values of the same case and metric. Returns ``(reference run, case, metric, median / value -
+    1)`` for every case held by at least ``min_others`` other runs (fewer: skipped; one other
+    would be a replay pair, `compare_phases`). Why: the error of this "oracle" against one replay
+    is what no prediction of the expected timing can be expected to beat, so it is the scale a
+    simulator's error against one replay reads on (validation/vllm-0.24/README.md)."""
+    out = []
+    for ref, cases in values.items():
+        for case, ref_vals in cases.items():
+            others = [v[case] for run, v in values.items() if run != ref and case in v]
+            if len(others) < min_others:
+                continue
+            for metric, v in ref_vals.items():
+                out.append(
+                    (ref, case, metric, float(np.median([o[metric] for o in others])) / v - 1)
+                )
+    return out

@@ -157,3 +157,20 @@ def test_validate_engine_vllm_sets_other_replays_beside_the_first(tmp_path, caps
     assert main(args + wrong + ["--out", str(tmp_path / "bad")]) == 2
     err = capsys.readouterr().err
     assert "wrong/conv_moderate.json.gz" in err and "fingerprint.arrivals_sha256_16" in err
+
+
+def test_leave_one_out_predicts_each_run_by_the_median_of_the_others():
+    from profiles.replay_spread import leave_one_out
+
+    # three runs of one case: 1, 2 and 4 s; a second case held by two runs only
+    vals = {
+        "a": {"c1": {"ttft": 1.0}, "c2": {"ttft": 1.0}},
+        "b": {"c1": {"ttft": 2.0}, "c2": {"ttft": 3.0}},
+        "c": {"c1": {"ttft": 4.0}},
+    }
+    got = {(ref, case): err for ref, case, _, err in leave_one_out(vals, min_others=2)}
+    # a: median(2, 4) = 3 -> +200%; b: median(1, 4) = 2.5 -> +25%; c: median(1, 2) = 1.5 -> -62.5%
+    assert got == pytest.approx({("a", "c1"): 2.0, ("b", "c1"): 0.25, ("c", "c1"): -0.625})
+    # with one other enough, c2 enters as a plain replay pair, both ways
+    pair = {(r, c): e for r, c, _, e in leave_one_out(vals, min_others=1) if c == "c2"}
+    assert pair == pytest.approx({("a", "c2"): 2.0, ("b", "c2"): 1 / 3 - 1})

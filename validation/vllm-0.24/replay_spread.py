@@ -5,7 +5,9 @@ the validation compares the simulator with a replay (`profiles.replay_spread`).
     python validation/vllm-0.24/replay_spread.py --a RUN --b RUN   # any two replays, printed
 
 Beside each comparison it prints the simulator's own error on the reference replay (the shipped
-report's ``report.json``), so the two distances read side by side.
+report's ``report.json``), so the two distances read side by side. The last table leaves one
+replay out at a time and predicts it by the median of the others (`oracle_table`): what no
+prediction can be expected to beat, set beside the simulator on the same references.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ sys.path.insert(0, str(HERE))
 
 from run_all import PAIRS, cases, error_stats, report, totals_table  # noqa: E402
 
-from profiles.replay_spread import compare_runs  # noqa: E402
+from profiles.replay_spread import compare_runs, leave_one_out, metric_values  # noqa: E402
+from profiles.vllm_validate import load_phase  # noqa: E402
 from simulator.errors import ConfigError  # noqa: E402
 
 MISS = 0.15
@@ -96,20 +99,28 @@ def _errs(results: dict) -> list[float]:
     return [m["err"] for r in results.values() for m in r["metrics"]]
 
 
-def spread_table(found: list[tuple[Repeat, dict]]) -> str:
+def simulate_all() -> dict[str, dict]:
+    """Run folder -> the simulator's report against it, for every replay of `REPEATS` (each
+    once, though a replay sits in several pairs)."""
+    simulated: dict[str, dict] = {}
+    for rep in REPEATS:
+        for run in (rep.a, rep.b):
+            if run not in simulated:
+                simulated[run] = simulated_against(rep, run)
+    return simulated
+
+
+def spread_table(found: list[tuple[Repeat, dict]], simulated: dict[str, dict]) -> str:
     """Per pair of replays: values, median |b/a - 1|, how many beyond 15%, max; beside it the
-    simulator's error (its shipped table, the `vllm` policy) against each of the two replays."""
+    simulator's error (its shipped table, the `vllm` policy) against each of the two replays
+    (``simulated``: `simulate_all`)."""
     lines = [
         "| served model | replays | values | median abs difference | beyond 15% | max "
         "| servesim vs a: median, beyond, max | servesim vs b |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    simulated: dict[str, dict] = {}  # run folder -> its report (a replay in several pairs)
     for rep, res in found:
         errs = _errs(res)
-        for run in (rep.a, rep.b):
-            if run not in simulated:
-                simulated[run] = simulated_against(rep, run)
         sim = [", ".join(error_stats(_errs(simulated[run]), MISS)) for run in (rep.a, rep.b)]
         diff = " | ".join(error_stats(errs, MISS))
         lines.append(f"| {rep.key} | {rep.how} | {len(errs)} | {diff} | {sim[0]} | {sim[1]} |")
@@ -166,6 +177,53 @@ def within_replays_table(found: list[tuple[Repeat, dict]], sim: dict) -> str:
     return "\n".join(lines)
 
 
+def replays_by_model() -> dict[str, list[str]]:
+    """Served model -> its replay folders in `REPEATS`, each once, in order of first mention."""
+    runs: dict[str, list[str]] = {}
+    for rep in REPEATS:
+        for run in (rep.a, rep.b):
+            if run not in runs.setdefault(rep.key, []):
+                runs[rep.key].append(run)
+    return runs
+
+
+#: the fewest other replays whose median stands for the oracle (one would be a replay pair)
+ORACLE_MIN_OTHERS = 2
+
+
+def oracle_errors(key: str, runs: list[str], simulated: dict[str, dict]) -> tuple[list, list]:
+    """The leave-one-out oracle's errors (`profiles.replay_spread.leave_one_out` over ``runs``,
+    the replays of served model ``key``) and the simulator's errors against the same
+    references, cases and metrics, in the same order (``pred / ref - 1``)."""
+    vals = {run: {c: metric_values(load_phase(HERE / run / f"{c}.json.gz"))
+                  for c in case_names() if (HERE / run / f"{c}.json.gz").is_file()}
+            for run in runs}  # fmt: skip
+    oracle, sim = [], []
+    sim_err = {(run, c, m["metric"]): m["err"] for run in runs
+               for c in vals[run] for m in simulated[run][f"{key}/{c}"]["metrics"]}  # fmt: skip
+    for ref, case, metric, err in leave_one_out(vals, ORACLE_MIN_OTHERS):
+        oracle.append(err)
+        sim.append(sim_err[(ref, case, metric)])
+    return oracle, sim
+
+
+def oracle_table(simulated: dict[str, dict]) -> str:
+    """Per served model with three replays or more: the leave-one-out oracle of
+    `oracle_errors` (vLLM's own other runs, as a predictor no simulator of one expected timing
+    can beat by much) against the simulator, on the same reference values. What it answers:
+    whether "no metric beyond 15% of one replay" can be met by any prediction at all."""
+    lines = ["| served model | replays | values | oracle (median of the other replays): "
+             "median, beyond 15%, max | servesim: median, beyond 15%, max |",
+             "| --- | --- | --- | --- | --- |"]  # fmt: skip
+    for key, runs in replays_by_model().items():
+        if len(runs) < ORACLE_MIN_OTHERS + 1:
+            continue
+        oracle, sim = oracle_errors(key, runs, simulated)
+        o, s = (", ".join(error_stats(e, MISS)) for e in (oracle, sim))
+        lines.append(f"| {key} | {len(runs)} | {len(oracle)} | {o} | {s} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--a", help="a reference replay folder (with --b: compare these two only)")
@@ -184,8 +242,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     sim = json.loads((HERE / "report.json").read_text())
-    text = "\n\n".join([spread_table(found), by_metric_table(found, sim),
-                         within_replays_table(found, sim)]) + "\n"  # fmt: skip
+    simulated = simulate_all()
+    tables = [spread_table(found, simulated), by_metric_table(found, sim),
+              within_replays_table(found, sim), oracle_table(simulated)]  # fmt: skip
+    text = "\n\n".join(tables) + "\n"
     Path(a.out).write_text(text)
     print(text)
     return 0
