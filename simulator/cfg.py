@@ -7,6 +7,7 @@ file, the full dotted key path and what was expected. Reading is strict: unknown
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -60,12 +61,17 @@ class Section:
         min: float | None = None,
         max: float | None = None,
         strict_min: bool = False,
+        infinite: bool = False,
     ) -> float:
+        """A number; NaN is never one (YAML's ``.nan`` passes every range comparison), and
+        ``.inf`` / ``-.inf`` only where ``infinite`` says the field means "no limit"."""
         value = self.raw(name, default)
         if value is None and default is None:
             return None  # type: ignore[return-value]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.error(name, f"expected a number, got {_show(value)}{_exponent_hint(value)}")
+        if math.isnan(value) or (math.isinf(value) and not infinite):
+            raise self.error(name, f"expected a finite number, got {value}")
         _check_range(self, name, value, min, max, strict_min)
         return float(value)
 

@@ -230,7 +230,7 @@ def test_engine_table_with_readings_powers_the_run_and_reports_heldout_error(tmp
     np.testing.assert_allclose(m.energy.coef, COEF, rtol=1e-6)
     assert m.heldout()["energy"]["scenarios"] == 4
     e = _vllm_run(d)["energy"]
-    assert (e["kind"], e["source"]) == ("measured", "engine:vllm-0.24.0/toygpu/table")
+    assert (e["kind"], e["source"]) == ("measured", "engine:vllm-0.24.0/h200/table")
     assert e["model"]["heldout"]["median"] < 1e-9
 
 

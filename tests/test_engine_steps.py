@@ -249,7 +249,7 @@ def _table(
     meta = {
         "kind": "engine_steps",
         "engine": {"name": "vllm", "version": "0.24.0"},
-        "gpu": {"key": "toygpu"},
+        "gpu": {"key": "h200"},
         "model": {"name": model},
         "tp": tp,
         "engine_config": {"compilation": {"cudagraph_capture_sizes": CAPTURE}},

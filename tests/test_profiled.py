@@ -96,7 +96,7 @@ def make_table(
     os.makedirs(path, exist_ok=True)
     meta = {
         "schema_version": 1,
-        "gpu": {"key": "toygpu", "name": "Toy GPU"},
+        "gpu": {"key": "h200", "name": "NVIDIA H200"},
         "model": {"name": model, "num_layers": SPEC.num_layers, "hidden_size": 1024},
         "tp": tp,
         "dtype": "bfloat16",
@@ -164,7 +164,7 @@ def toy(tmp_path):
 def test_fit_recovers_known_overhead_exactly(toy):
     m = ProfileLatencyModel(toy, SPEC, tp=1)
     assert isinstance(m, StepLatencyModel)
-    assert m.name == "profile:toygpu/toy_tp1"
+    assert m.name == "profile:h200/toy_tp1"
     assert m.base == pytest.approx(BASE_S, rel=1e-3)
     assert m.gamma == pytest.approx(1.0, rel=1e-4)
     assert m.mixed == pytest.approx(0.0, abs=1e-7)
@@ -339,7 +339,7 @@ def test_cli_report_and_diff(toy, tmp_path, capsys):
 
     assert main(["report", toy]) == 0
     out = capsys.readouterr().out
-    assert "held-out" in out and "profile:toygpu/toy_tp1" in out
+    assert "held-out" in out and "profile:h200/toy_tp1" in out
     other = make_table(str(tmp_path / "toy_b"))
     rows = list(csv.DictReader(open(os.path.join(other, "gemm.csv"))))
     for r in rows:
@@ -436,7 +436,7 @@ def wave_prefill_us(s, c, b):
 def _wave_table(tmp_path, with_sms=True):
     extra = {"per_gpu_shapes": {"heads": WAVE_HEADS}}
     if with_sms:
-        extra["gpu"] = {"key": "toygpu", "name": "Toy GPU", "sm_count": WAVE_SMS}
+        extra["gpu"] = {"key": "h200", "name": "NVIDIA H200", "sm_count": WAVE_SMS}
     path = make_table(str(tmp_path / "wave_tp1"), prefill=wave_prefill_us, meta_extra=extra)
     return ProfileLatencyModel(path, SPEC, tp=1)
 
@@ -476,7 +476,7 @@ def test_wave_aware_prefill_is_monotone(tmp_path):
 
 def test_table_variant_is_named(tmp_path):
     path = make_table(str(tmp_path / "v_tp1"), meta_extra={"variant": "mixed_graphs"})
-    assert ProfileLatencyModel(path, SPEC, tp=1).name == "profile:toygpu/toy_tp1+mixed_graphs"
+    assert ProfileLatencyModel(path, SPEC, tp=1).name == "profile:h200/toy_tp1+mixed_graphs"
 
 
 def test_shipped_mixed_graphs_table_meets_the_floor():

@@ -42,6 +42,7 @@ from simulator.latency.collectives import StepCollectives, load_collectives
 from simulator.latency.constant import ConstantLatencyModel
 from simulator.latency.roofline import DEFAULT_STEP_OVERHEAD_S, RooflineLatencyModel
 from simulator.latency.table import table_precision
+from simulator.latency.table_subject import gpu_mismatch, shape_mismatch
 from simulator.models import ModelSpec
 from simulator.precision import Precision
 from simulator.served import ShardedModel
@@ -88,17 +89,24 @@ def default_table_dir(
 
 
 def _table_mismatch(
-    table_dir: Path, model: ModelSpec, tp: int, expert_parallel: str | None = None
+    table_dir: Path, model: ModelSpec, gpu: GPUSpec, tp: int, expert_parallel: str | None = None
 ) -> str | None:
-    """Why ``table_dir`` did not measure ``model`` as served at ``tp`` with ``expert_parallel``,
-    or None: its precision (`table_precision`: ``precision:``, else ``dtype`` /
-    ``kv_cache_dtype``) must equal the model's by name, its ``expert_parallel`` (absent: experts
-    split over TP) the run's, and its ``op_fingerprint``, when it has one, the served model's op
-    list. Every table is checked, shipped or named: no table times a model it did not run."""
+    """Why ``table_dir`` did not measure ``model`` as served on ``gpu`` at ``tp`` with
+    ``expert_parallel``, or None: its GPU and its model's shapes must be the run's
+    (`simulator.latency.table_subject`), its precision (`table_precision`: ``precision:``, else
+    ``dtype`` / ``kv_cache_dtype``) the model's by name, its ``expert_parallel`` (absent:
+    experts split over TP) the run's, and its ``op_fingerprint``, when it has one, the served
+    model's op list. Every table is checked, shipped or named: no table times a model it did
+    not run."""
     meta_path = table_dir / "meta.yaml"
     meta = load_yaml_file(meta_path, "table meta.yaml") if meta_path.is_file() else {}
     if not isinstance(meta, dict):
         raise ConfigError(str(meta_path), "<top>", "expected a mapping")
+    subject = gpu_mismatch(meta, gpu, _label(table_dir)) or shape_mismatch(
+        meta, model, _label(table_dir)
+    )
+    if subject:
+        return subject
     measured = table_precision(meta, str(meta_path))
     if measured != model.precision:
         return (
@@ -268,7 +276,7 @@ def _pick_table(
         table_dir = _resolve(table, Path(base_dir))
         if table_dir is None:
             raise sec.error("table", f"no profiled table folder at {table!r}")
-    mismatch = _table_mismatch(table_dir, model, tp, ep) if table_dir is not None else None
+    mismatch = _table_mismatch(table_dir, model, gpu, tp, ep) if table_dir is not None else None
     if mismatch and (kind == "profile" or table is not None):
         raise sec.error(
             "table" if table is not None else "model",
