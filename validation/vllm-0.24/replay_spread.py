@@ -81,6 +81,8 @@ REPEATS = (
            "real/h200_llama-3-8b-int4", "serving_repeats/h200_llama-3-8b-int4_host3"),
     Repeat("h200/qwen2.5-7b", "two H200s (a third)", "real/h200_qwen2.5-7b",
            "serving_repeats/h200_qwen2.5-7b_host3"),
+    Repeat("h200/qwen2.5-7b", "two H200s (the earlier table's)", "real/h200_qwen2.5-7b",
+           "serving_repeats/h200_qwen2.5-7b_table_host"),
     Repeat("h200/deepseek-v2-lite", "two H200s", "real/h200_deepseek-v2-lite",
            "serving_repeats/h200_deepseek-v2-lite_host2"),
     Repeat("h200/gemma-3-27b", "two H200s (four cases)", "real/h200_gemma-3-27b",
