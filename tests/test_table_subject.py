@@ -39,13 +39,18 @@ def test_capacity_fields_keep_the_table():
     assert b.latency.name != "roofline"
 
 
-def test_profile_on_a_changed_shape_is_an_error_naming_the_field():
-    cfg = _cfg({"base": "llama-3-8b", "intermediate_size": 28672})
+def _refused(cfg: dict) -> ConfigError:
+    """The error of ``cfg`` built with ``latency.model: profile`` (no roofline fallback)."""
     cfg["latency"]["model"] = "profile"
     with pytest.raises(ConfigError) as e:
         build(cfg, WHERE, REPO)
-    assert e.value.key == "latency.model"
-    assert "intermediate_size (28672 here, 14336 in the table's)" in e.value.message
+    return e.value
+
+
+def test_profile_on_a_changed_shape_is_an_error_naming_the_field():
+    e = _refused(_cfg({"base": "llama-3-8b", "intermediate_size": 28672}))
+    assert e.key == "latency.model"
+    assert "intermediate_size (28672 here, 14336 in the table's)" in e.message
 
 
 def test_a_catalog_gpu_with_other_performance_fields_gets_no_table():
@@ -60,12 +65,9 @@ def test_a_catalog_gpu_with_other_performance_fields_gets_no_table():
 
 
 def test_a_named_table_of_another_gpu_is_an_error():
-    cfg = _cfg(table=str(REPO / "profiles/h100/llama-3-8b_tp1"))
-    cfg["latency"]["model"] = "profile"
-    with pytest.raises(ConfigError) as e:
-        build(cfg, WHERE, REPO)
-    assert e.value.key == "latency.table"
-    assert "measured the h100-sxm; this run's GPU is h200" in e.value.message
+    e = _refused(_cfg(table=str(REPO / "profiles/h100/llama-3-8b_tp1")))
+    assert e.key == "latency.table"
+    assert "measured the h100-sxm; this run's GPU is h200" in e.message
 
 
 def test_gpu_mismatch_by_hand():
