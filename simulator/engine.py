@@ -56,8 +56,12 @@ class EngineSpec:
         policy_cls = POLICIES[policy_name]
         allocator = kvs.str("allocator", "paged", choices=["paged", "contiguous"])
         block_size = kvs.int("block_size", 16, min=1)
-        util = kvs.num("gpu_memory_utilization", 0.9, min=0, max=1, strict_min=True)
         num_blocks = kvs.int("num_blocks", None, min=1, max=MAX_BLOCKS)
+        if num_blocks is not None and kvs.has("gpu_memory_utilization"):
+            # num_blocks sets the pool; a utilization beside it would be silently ignored
+            raise kvs.error("gpu_memory_utilization", "give num_blocks or gpu_memory_utilization, "
+                            "not both (num_blocks sets the KV pool)")  # fmt: skip
+        util = kvs.num("gpu_memory_utilization", 0.9, min=0, max=1, strict_min=True)
         max_len = model.max_model_len
         served = ShardedModel(model, tp)
         if num_blocks is None:
