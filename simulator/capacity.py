@@ -219,8 +219,10 @@ def capacity_cli(args) -> int:
     if not 0 < args.target <= 1:
         raise ConfigError("--target", "", f"expected a fraction in (0, 1], got {args.target}")
     _check_sections(raw, str(path))
-    if args.policies:
+    if args.policies is not None:
         policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+        if not policies:
+            raise ConfigError("--policies", "", f"expected policy names, got {args.policies!r}")
     else:
         swept = (raw.get("sweep") or {}).get("scheduler.policy")
         policies = swept or [(raw.get("scheduler") or {}).get("policy")]

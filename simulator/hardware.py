@@ -388,8 +388,8 @@ def kv_capacity_blocks(
             f"{weights / GiB:.1f} GiB + activation reserve {reserve / GiB:.1f} GiB leave "
             f"{max(free, 0) / GiB:.2f} GiB of {budget / GiB:.1f} GiB "
             f"(memory x gpu_memory_utilization {gpu_memory_utilization}) for the KV cache, "
-            f"less than one block ({block_bytes / 2**20:.1f} MiB); use more GPUs (tp) or a "
-            f"larger GPU",
+            f"less than one block ({block_bytes / 2**20:.1f} MiB of block_size "
+            f"{block_size}); use a smaller block_size, more GPUs (tp) or a larger GPU",
         )
     return blocks
 
