@@ -277,8 +277,13 @@ def _deepseek(f: _Fields, fields: dict) -> dict:
 def _gpt_oss(f: _Fields, fields: dict) -> dict:
     f.require_value("attention_bias", (True,), "gpt-oss has q/k/v/o biases")
     experts = f.get("num_local_experts")
-    top_k = f.get("num_experts_per_tok", None) or f.get("experts_per_token")
-    f.used.add("experts_per_token")
+    # gpt-oss's files name the router's k twice; both present must agree
+    top_k = f.get("num_experts_per_tok", None)
+    other = f.get("experts_per_token", None if top_k is not None else ...)
+    if top_k is not None and other is not None and other != top_k:
+        raise f.error("experts_per_token", f"{other} differs from num_experts_per_tok {top_k}: "
+                      "which k the router uses is ambiguous")  # fmt: skip
+    top_k = top_k if top_k is not None else other
     return {
         "qkv_bias": True,
         "attention_sinks": True,

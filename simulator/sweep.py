@@ -56,6 +56,10 @@ def read_plan(config: dict, where: str) -> tuple[dict, dict, list[int]]:
             raise ConfigError(where, f"sweep.{key}", "expected a dotted key like scheduler.policy")
         if not isinstance(values, list) or not values:
             raise ConfigError(where, f"sweep.{key}", "expected a non-empty list of values")
+        shown = [repr(v) for v in values]  # repr: 1 and 1.0, or 1 and True, are other values
+        if len(set(shown)) != len(shown):
+            raise ConfigError(where, f"sweep.{key}", f"repeated value in {values}: two points "
+                              "would be one run")  # fmt: skip
     default_seed = config.get("seed", 0)
     seeds = config.get("seeds", [default_seed])
     if (

@@ -80,6 +80,20 @@ def test_config_json_overrides_and_strictness(tmp_path):
     assert load_model({"config": str(path)}, "x", "m").weights == "fp8"
 
 
+def test_gpt_oss_router_k_named_twice_must_agree(tmp_path):
+    """gpt-oss files may give the router's k as num_experts_per_tok and experts_per_token."""
+    _, cfg = HF_CONFIGS["gpt-oss-20b"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**cfg, "experts_per_token": 4}))  # the same k: accepted
+    assert load_model({"config": str(path)}, "x", "m").moe.top_k == 4
+    alone = {k: v for k, v in cfg.items() if k != "num_experts_per_tok"}
+    path.write_text(json.dumps({**alone, "experts_per_token": 2}))  # the other name alone
+    assert load_model({"config": str(path)}, "x", "m").moe.top_k == 2
+    path.write_text(json.dumps({**cfg, "experts_per_token": 8}))
+    with pytest.raises(ConfigError, match="8 differs from num_experts_per_tok 4"):
+        load_model({"config": str(path)}, "x", "m")
+
+
 # ---- item 2: KV per layer group ---------------------------------------------------------------
 
 #: KV bytes per token per GPU at TP1, bf16, by hand: layers x 2 (K, V) x kv_heads x head_dim x 2 B
