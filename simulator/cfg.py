@@ -61,16 +61,15 @@ class Section:
         min: float | None = None,
         max: float | None = None,
         strict_min: bool = False,
-        infinite: bool = False,
     ) -> float:
-        """A number; NaN is never one (YAML's ``.nan`` passes every range comparison), and
-        ``.inf`` / ``-.inf`` only where ``infinite`` says the field means "no limit"."""
+        """A finite number: YAML reads ``.nan`` and ``.inf`` as floats, and NaN passes every
+        range comparison (no field takes an infinity for "no limit"; they use null)."""
         value = self.raw(name, default)
         if value is None and default is None:
             return None  # type: ignore[return-value]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.error(name, f"expected a number, got {_show(value)}{_exponent_hint(value)}")
-        if math.isnan(value) or (math.isinf(value) and not infinite):
+        if not math.isfinite(value):
             raise self.error(name, f"expected a finite number, got {value}")
         _check_range(self, name, value, min, max, strict_min)
         return float(value)

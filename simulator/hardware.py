@@ -100,6 +100,11 @@ class GPUSpec:
             return self.measured_bandwidth
         return self.hbm_bandwidth * DEFAULT_BANDWIDTH_EFFICIENCY
 
+    def table_keys(self) -> list[str]:
+        """The ``profiles/<key>/`` names whose tables may time this GPU, in order: its name, then
+        its family (h200-nvl -> h200)."""
+        return list(dict.fromkeys([self.name, self.name.split("-")[0]]))
+
     @property
     def ceilings_source(self) -> dict[str, str]:
         """Where `peak_flops` and `peak_bandwidth` come from, for run metadata."""

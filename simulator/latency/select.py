@@ -382,9 +382,8 @@ def _read_collectives(sec: Section, spec: str, gpu: GPUSpec, tp: int, base_dir: 
 
 
 def _gpu_dirs(gpu: GPUSpec) -> list[Path]:
-    """``profiles/<gpu>/`` folders that may hold ``gpu``'s tables, in order: its name, then its
-    family (h200-nvl -> h200)."""
-    return [REPO_ROOT / "profiles" / n for n in dict.fromkeys([gpu.name, gpu.name.split("-")[0]])]
+    """``profiles/<gpu>/`` folders that may hold ``gpu``'s tables (`GPUSpec.table_keys`)."""
+    return [REPO_ROOT / "profiles" / n for n in gpu.table_keys()]
 
 
 def _ep_roofline(sec, kind, table, model, gpu, tp, overhead_ms, where, mode, collectives,

@@ -60,11 +60,11 @@ def gpu_mismatch(meta: dict, gpu: GPUSpec, label: str) -> str | None:
     if not key:
         return None
     measured = GPUS.get(GPU_ALIASES.get(key, key))
-    name = gpu.name.lower()
     if measured is None:
-        if key in (name, name.split("-")[0]):
+        if key in (k.lower() for k in gpu.table_keys()):
             return None
         return f"the table {label} measured gpu {key!r}; this run's GPU is {gpu.name}"
+    name = gpu.name.lower()
     run = GPUS.get(GPU_ALIASES.get(name, name))
     if run is None or run.name != measured.name:
         return f"the table {label} measured the {measured.name}; this run's GPU is {gpu.name}"
