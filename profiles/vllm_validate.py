@@ -391,6 +391,30 @@ def _step_kind(r: dict) -> str:
     return kind + ("_launched" if r["prefill_behind"] else "")
 
 
+def charged_steps(latency, real: list[dict]) -> list[tuple[dict, float, float]] | None:
+    """Each of vLLM's steps ``real`` as the simulator charges it (`SimulatedExecutor`): ``(row,
+    predicted, charged)``, charged = the predicted time, at least the launch of a prompt step
+    planned behind it, less the wait a prompt step's predecessor already held for it. None for
+    a latency model without recorded-step prediction (only engine-step tables have one)."""
+    predict = getattr(latency, "predict_row", None)
+    if predict is None:
+        return None
+    launch_s = getattr(latency, "launch_s", None)
+    if hasattr(latency, "set_row_dips"):
+        latency.set_row_dips(real)  # the clock dip after long prefills, as the simulator charges
+    out, waited = [], 0.0
+    for k, r in enumerate(real):
+        t = own = predict(r)
+        if waited and r["prefill_tokens"]:
+            t = after_launch_wait(t, waited)
+        waited = 0.0
+        nxt = real[k + 1] if k + 1 < len(real) else None
+        if launch_s is not None and nxt is not None and nxt["prefill_behind"]:
+            waited = max(0.0, launch_s(nxt["prefill_tokens"] + nxt["decode_seqs"]) - t)
+        out.append((r, own, t + waited))
+    return out
+
+
 def step_model_on_real_batches(latency, real: list[dict]) -> dict | None:
     """The table charged with the batches vLLM really ran, as the simulator charges them: each
     step its predicted time, and where a step with prompt tokens was launched behind it, at
@@ -403,23 +427,10 @@ def step_model_on_real_batches(latency, real: list[dict]) -> dict | None:
     isolates the first. Steps planned on an idle engine are left out (their start is the plan,
     not the previous completion). None for a latency model without recorded-step prediction
     (only engine-step tables have one)."""
-    predict = getattr(latency, "predict_row", None)
-    if predict is None:
+    charged = charged_steps(latency, real)
+    if charged is None:
         return None
-    launch_s = getattr(latency, "launch_s", None)
-    if hasattr(latency, "set_row_dips"):
-        latency.set_row_dips(real)  # the clock dip after long prefills, as the simulator charges
-    busy, waited = [], 0.0  # (row, predicted, charged) of the busy steps
-    for k, r in enumerate(real):
-        t = own = predict(r)
-        if waited and r["prefill_tokens"]:
-            t = after_launch_wait(t, waited)
-        waited = 0.0
-        nxt = real[k + 1] if k + 1 < len(real) else None
-        if launch_s is not None and nxt is not None and nxt["prefill_behind"]:
-            waited = max(0.0, launch_s(nxt["prefill_tokens"] + nxt["decode_seqs"]) - t)
-        if not r["after_idle"]:
-            busy.append((r, own, t + waited))
+    busy = [c for c in charged if not c[0]["after_idle"]]  # (row, predicted, charged)
     if not busy:
         return None
     meas = sum(r["dur_us"] for r, _, _ in busy) * 1e-6

@@ -1,7 +1,7 @@
 """Launched pairs on vLLM's own batches: each decode step followed by a prompt step planned
-behind it, charged as the simulator charges them (`profiles.vllm_validate.
-step_model_on_real_batches`: the decode step at least the launch, the wait taken back from the
-prompt step), against the two measured intervals, by prompt size.
+behind it, charged as the simulator charges them (`profiles.vllm_validate.charged_steps`: the
+decode step at least the launch, the wait taken back from the prompt step), against the two
+measured intervals, by prompt size.
 
     python validation/vllm-0.24/launched_pairs.py RUN TABLE CASE
     e.g. RUN validation/vllm-0.24/real/h200_qwen2.5-7b,
@@ -23,7 +23,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from profiles import vllm_validate  # noqa: E402
 from profiles.vllm_steps import read_steps  # noqa: E402
-from simulator.executor import after_launch_wait  # noqa: E402
 from simulator.latency.engine_steps import EngineStepModel  # noqa: E402
 
 PROMPT_BINS = ((0, 512), (512, 1024), (1024, 2048), (2048, 4096), (4096, 1 << 20))
@@ -31,22 +30,20 @@ PROMPT_BINS = ((0, 512), (512, 1024), (1024, 2048), (2048, 4096), (4096, 1 << 20
 
 def pairs(run: Path, table: Path, case: str) -> np.ndarray:
     """Rows (prompt tokens, decodes beside it, decode measured / charged, prompt measured /
-    charged) in ms, one per busy decode step with a prompt step launched behind it."""
+    charged) in ms, one per busy decode step with a prompt step launched behind it, charged as
+    the report charges them (`profiles.vllm_validate.charged_steps`)."""
     real = vllm_validate.phase_steps(
         read_steps(str(run / "steps.jsonl")), vllm_validate.load_phase(run / f"{case}.json.gz")
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         m = EngineStepModel.as_measured(table)
-    m.set_row_dips(real)
+    charged = vllm_validate.charged_steps(m, real)
     out = []
-    for r, nxt in zip(real, real[1:], strict=False):
+    for (r, _, c), (nxt, _, c_next) in zip(charged, charged[1:], strict=False):
         if nxt["prefill_behind"] and not r["after_idle"]:
-            own = m.predict_row(r)
-            wait = max(0.0, m.launch_s(nxt["prefill_tokens"] + nxt["decode_seqs"]) - own)
-            prompt = after_launch_wait(m.predict_row(nxt), wait)
-            out.append((nxt["prefill_tokens"], nxt["decode_seqs"], r["dur_us"] / 1e3,
-                        (own + wait) * 1e3, nxt["dur_us"] / 1e3, prompt * 1e3))  # fmt: skip
+            out.append((nxt["prefill_tokens"], nxt["decode_seqs"], r["dur_us"] / 1e3, c * 1e3,
+                        nxt["dur_us"] / 1e3, c_next * 1e3))  # fmt: skip
     return np.array(out).reshape(-1, 6)
 
 
