@@ -68,8 +68,8 @@ class EngineSpec:
             tokens, seqs = scheduler_budgets(policy_cls, sched, max_len, served)
             num_blocks = kv_capacity_blocks(
                 model, gpu, tp, block_size, util, where=where,
-                key=kvs.key("gpu_memory_utilization"), max_num_batched_tokens=tokens,
-                max_num_seqs=seqs,
+                key=kvs.key("gpu_memory_utilization"), block_key=kvs.key("block_size"),
+                max_num_batched_tokens=tokens, max_num_seqs=seqs,
             )  # fmt: skip
             if num_blocks > MAX_BLOCKS:
                 raise kvs.error("block_size", f"gives {num_blocks} KV blocks per replica, more "

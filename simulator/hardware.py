@@ -348,6 +348,7 @@ def kv_capacity_blocks(
     *,
     where: str = "<config>",
     key: str = "",
+    block_key: str = "",
     max_num_batched_tokens: int = 8192,
     max_num_seqs: int = 256,
 ) -> int:
@@ -366,7 +367,8 @@ def kv_capacity_blocks(
     layers; with one group (dense or MLA models) the two are the same.
 
     Raises ConfigError (at ``where`` / ``key``) when the weights and reserve do not fit or not
-    even one block is left.
+    even one block is left; at ``block_key`` (when given) instead when a smaller block would
+    fit, so that the error names the field to change.
     """
     model.check_tp(tp, where, key)
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
@@ -386,15 +388,17 @@ def kv_capacity_blocks(
     block_bytes = served.kv_pool(block_size).unit_bytes  # one pool block (KVPool)
     blocks = math.floor(free / block_bytes) if free > 0 else 0
     if blocks < 1:
+        smaller_fits = free >= block_bytes / block_size  # a one-token block would fit
+        fix = "a smaller block_size" if smaller_fits else "a higher gpu_memory_utilization"
         raise ConfigError(
             where,
-            key,
+            block_key if smaller_fits and block_key else key,
             f"{model.name} does not fit on {tp} x {gpu.name}: per GPU, weights "
             f"{weights / GiB:.1f} GiB + activation reserve {reserve / GiB:.1f} GiB leave "
             f"{max(free, 0) / GiB:.2f} GiB of {budget / GiB:.1f} GiB "
             f"(memory x gpu_memory_utilization {gpu_memory_utilization}) for the KV cache, "
             f"less than one block ({block_bytes / 2**20:.1f} MiB of block_size "
-            f"{block_size}); use a smaller block_size, more GPUs (tp) or a larger GPU",
+            f"{block_size}); use {fix}, more GPUs (tp) or a larger GPU",
         )
     return blocks
 

@@ -687,3 +687,20 @@ def test_integral_float_lengths_are_accepted(tmp_path):
     path = tmp_path / "floats.csv"
     path.write_text("num_prefill_tokens,num_decode_tokens\n12.0,3\n")
     assert load_trace(path).num_prompt_tokens.tolist() == [12]
+
+
+@pytest.mark.parametrize(
+    "stamps",
+    [
+        ("2023-11-16 18:15:46Z", "2023-11-16 18:15:47+00:00", "2023-11-16 18:15:49+0000"),
+        ("2023-11-16T10:15:46-08:00", "2023-11-16T10:15:47-08:00", "2023-11-16T10:15:49-08:00"),
+        ("2023-11-16", "2023-11-16T00:00:01", "2023-11-16 00:00:03"),
+    ],
+    ids=["utc-written-three-ways", "one-non-utc-zone", "dates-and-naive-times"],
+)
+def test_azure_times_in_one_zone_are_accepted(tmp_path, stamps):
+    """The mixed-zone refusal compares offsets, not text, and a date's dashes are no offset."""
+    path = tmp_path / "t.csv"
+    rows = "".join(f"{s},10,5\n" for s in stamps)
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + rows)
+    assert load_trace(path, "azure").arrival_s.tolist() == [0.0, 1.0, 3.0]

@@ -22,6 +22,7 @@ import csv
 import io
 import json
 import math
+import re
 import warnings
 from dataclasses import dataclass, replace
 from itertools import chain
@@ -164,7 +165,57 @@ def _wall_clock_ns(path: Path, col: Column) -> np.ndarray:
     missing = np.flatnonzero(np.isnat(stamps))
     if len(missing):
         raise col.error(path, missing[0], example)
+    _refuse_mixed_zones(path, col)
     return stamps.astype(np.int64)
+
+
+#: a timestamp's UTC offset: after its time of day ("T18:15:46.5", " 18:15"), so that the
+#: dashes of a date are not taken for one; MULTILINE: it also runs over all cells joined
+_ZONE = re.compile(r"[T ]\d\d[\d:.,]*(Z|[+-]\d\d(?::?\d\d)?)[ \t]*$", re.MULTILINE)
+
+
+def _utc_offset_min(value: str) -> int | None:
+    """A timestamp's UTC offset in minutes ("Z" is 0), or None when it has none (naive)."""
+    match = _ZONE.search(value)
+    if match is None:
+        return None
+    zone = match[1]
+    if zone == "Z":
+        return 0
+    digits = zone[1:].replace(":", "")
+    minutes = int(digits[:2]) * 60 + int(digits[2:] or 0)
+    return -minutes if zone[0] == "-" else minutes
+
+
+def _refuse_mixed_zones(path: Path, col: Column) -> None:
+    """Raise at the first row whose UTC offset differs from the first row's. numpy takes a
+    zone-less time as UTC, so a trace mixing zone-less and zoned times (or a zone switch a
+    tool made mid-file) would get a gap between its rows that no request had.
+
+    Fast paths (a regex over 20k rows cost 8 ms, a third of the load): no "Z", no "+" and no
+    "-" past a row's date ("YYYY-MM-DD") mean no zone at all; else one regex pass over all
+    cells settles one zone written alike on every row. Only otherwise is each row compared."""
+    text, rows = "\n".join(col.values), len(col.values)
+    if "Z" not in text and "+" not in text and not any("-" in v[10:] for v in col.values):
+        return
+    zones = _ZONE.findall(text)
+    if len(zones) == rows and len(set(zones)) == 1:
+        return
+    offsets = list(map(_utc_offset_min, col.values))
+    for i, offset in enumerate(offsets):
+        if offset != offsets[0]:
+            raise col.error(
+                path, i, f"expected every timestamp in the first row's time zone "
+                f"({_zone_name(offsets[0])}), got {{value}} ({_zone_name(offset)}); write them "
+                "all in one zone"
+            )  # fmt: skip
+
+
+def _zone_name(offset: int | None) -> str:
+    if offset is None:
+        return "no zone"
+    sign = "-" if offset < 0 else "+"
+    return f"UTC{sign}{abs(offset) // 60:02d}:{abs(offset) % 60:02d}"
 
 
 def _load_length_csv(path: Path, with_arrivals: bool) -> Trace:
@@ -233,14 +284,27 @@ def _csv_header(path: Path) -> tuple[list[str], int]:
 
 
 def _header(path: Path, reader) -> list[str]:
-    """The first non-empty row, stripped; an empty file is an error."""
+    """The first non-empty row, stripped; an empty file is an error, and so is a column named
+    twice (every reader would silently take the first of the two)."""
     try:
         for fields in reader:
             if fields:
-                return [f.strip() for f in fields]
+                header = [f.strip() for f in fields]
+                _refuse_repeated_columns(path, header, reader.line_num)
+                return header
     except csv.Error as exc:
         raise _csv_error(path, exc, reader.line_num, 0) from None
     raise TraceFormatError(path, "the file is empty (no CSV header)")
+
+
+def _refuse_repeated_columns(path: Path, header: list[str], line: int) -> None:
+    """Raise on a non-empty column name the header gives twice (empty names, from trailing
+    commas, are never read, so they cannot be confused)."""
+    seen = set()
+    for name in header:
+        if name and name in seen:
+            raise TraceFormatError(path, f"column {name!r} is named twice; keep one", line)
+        seen.add(name)
 
 
 def _csv_error(path: Path, exc: csv.Error, line: int, row: int) -> TraceFormatError:
@@ -296,24 +360,28 @@ def _jsonl_records(path: Path) -> tuple[list[int], list[dict]]:
     """Rows of a JSON-lines file and their line numbers; empty lines are skipped.
 
     Fast path: parse all lines as one JSON array (one C call instead of one per line). If that
-    fails, parse line by line to name the first bad line.
+    fails, parse line by line to name the first bad line. A key given twice in one object is
+    an error (json would keep the last silently; `_unique_keys`).
     """
     with _open(path) as handle:
         texts = handle.read().split("\n")  # not splitlines(): JSON strings may hold U+2028
     lines = [i for i, text in enumerate(texts, start=1) if text.strip()]
     try:
-        records = json.loads("[" + ",".join(texts[i - 1] for i in lines) + "]")
-    except (json.JSONDecodeError, RecursionError):
+        records = _json("[" + ",".join(texts[i - 1] for i in lines) + "]")
+    except (json.JSONDecodeError, RecursionError, _DuplicateKey):
         records = None
     if records is None or len(records) != len(lines):
         records = []
         for row, line in enumerate(lines, start=1):
             try:
-                records.append(json.loads(texts[line - 1]))
+                records.append(_json(texts[line - 1]))
             except json.JSONDecodeError as exc:
                 raise TraceFormatError(path, f"not valid JSON ({exc.msg})", line, row) from None
             except RecursionError:
                 raise TraceFormatError(path, "JSON nested too deeply", line, row) from None
+            except _DuplicateKey as exc:
+                twice = "key given twice in one object (JSON would keep the last silently)"
+                raise TraceFormatError(path, twice, line, row, exc.key) from None
     if not records:
         raise TraceFormatError(path, "the file has no JSON rows")
     if set(map(type, records)) != {dict}:
@@ -322,6 +390,29 @@ def _jsonl_records(path: Path) -> tuple[list[int], list[dict]]:
             path, f"expected a JSON object, got {_show(records[row])}", lines[row], row + 1
         )
     return lines, records
+
+
+class _DuplicateKey(Exception):
+    """A JSON object gave ``key`` twice (raised by `_unique_keys`, reported with its line)."""
+
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """``object_pairs_hook``: the object as a dict, unless a key repeats (this hook made the
+    parse of a 100k-row trace ~8% slower: 0.45 -> 0.49 s)."""
+    record: dict = {}
+    for key, value in pairs:
+        if key in record:
+            raise _DuplicateKey(key)
+        record[key] = value
+    return record
+
+
+def _json(text: str):
+    return json.loads(text, object_pairs_hook=_unique_keys)
 
 
 def _int_array(path: Path, col: Column, minimum: int) -> np.ndarray:

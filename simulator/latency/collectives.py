@@ -35,6 +35,7 @@ import numpy as np
 from simulator.errors import ConfigError
 from simulator.files import load_yaml_file
 from simulator.hardware import LinkSpec
+from simulator.latency.meta_keys import COLLECTIVES_META, check_meta_keys
 from simulator.served import ShardedModel, collective_link_factor
 
 #: the measured collective that times each collective op of `simulator.served`
@@ -94,6 +95,8 @@ def load_collectives(folder: str | Path, label: str | None = None) -> Collective
             raise ConfigError(str(p), "<file>", "missing: expected a folder written by "
                               "`python -m profiles.nccl_collectives`")  # fmt: skip
     meta = load_yaml_file(meta_path, "collectives meta.yaml")
+    if isinstance(meta, dict):
+        check_meta_keys(meta, str(meta_path), COLLECTIVES_META)
     gpu = meta.get("gpu") if isinstance(meta, dict) else None
     if not isinstance(gpu, dict) or not isinstance(gpu.get("key"), str):
         raise ConfigError(str(meta_path), "gpu.key", "expected the GPU catalog key (e.g. h200)")

@@ -32,8 +32,9 @@ model it ran; checked when present).
 
 Invariants: every file named above except allreduce.csv exists; every CSV has at least its
 required columns, numbers where numbers are expected, and no negative times; ``meta.yaml`` names
-the model, the TP degree and ``schema_version: 1``. Anything else is a `ConfigError` naming the
-file and the column or field, because a table is user input (it may come from another machine).
+the model, the TP degree and ``schema_version: 1``, and holds no key that
+`simulator.latency.meta_keys` does not list. Anything else is a `ConfigError` naming the file and
+the column or field, because a table is user input (it may come from another machine).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from dataclasses import dataclass, field
 from simulator.errors import ConfigError
 from simulator.files import load_yaml_file, read_text
 from simulator.latency.base import STEP_FEATURES
+from simulator.latency.meta_keys import TABLE_META, check_meta_keys
 from simulator.precision import META_DTYPE_NAMES, Precision
 
 SCHEMA_VERSION = 1
@@ -193,6 +195,7 @@ def read_meta(path: str) -> dict:
     meta = load_yaml_file(path, "table metadata")
     if not isinstance(meta, dict):
         raise ConfigError(path, "<top>", "expected a mapping")
+    check_meta_keys(meta, path, TABLE_META)
     for key in META_REQUIRED:
         if key not in meta:
             raise ConfigError(path, key, "required field is missing")
