@@ -7,7 +7,10 @@ good each is should be computed, not copied into prose by hand (the README's tab
 it once said "all but seven" where eight tables missed). The ``spread`` column is vLLM against
 itself (`engine_steps.repeat_spread`: each timing of a composition timed three or more times
 against their median), the noise under which no step model can go on single intervals; ``-``
-where the table timed no composition three times. ``stamps out`` is the share of the recorded
+where the table timed no composition three times. ``neighbours p95`` is vLLM against itself
+within one pass (`simulator.latency.step_oracle`): the p95 error of predicting each held-out
+decode step by the median of its near-equal neighbours in the same decode chain, beside the
+model's p95 on the same steps. ``stamps out`` is the share of the recorded
 steps left out of the fit and of the judge because their completion stamps were wrong
 (`profiles.vllm_table.flag_early_stamps`, `flag_shifted_stamps`): a reader should see how much
 cleaning a table's numbers stand on. ``energy`` is the energy law's held-out error on the
@@ -45,7 +48,7 @@ FLOOR_MEDIAN, FLOOR_P95 = 0.05, 0.10
 
 COLUMNS = (
     "table", "steps", "stamps out", "median", "p95", "decode-only p95", "with-prefill p95",
-    "spread p95", "energy", "launches", "eager ms by process", "floor",
+    "spread p95", "neighbours p95 vLLM / sim", "energy", "launches", "eager ms by process", "floor",
 )  # fmt: skip
 
 
@@ -67,6 +70,7 @@ def table_row(table_dir: Path) -> dict:
         "decode_p95": h["decode_only"]["p95"],
         "prefill_p95": h["with_prefill"]["p95"],
         "spread_p95": spread["p95"] if spread.get("steps") else None,
+        "neighbours": h["neighbour_oracle"],
         "stamps_out": _stamps_out(m.meta.get("steps") or {}),
         "energy": m.energy.heldout() if m.energy is not None else None,
         "launches": (m.launch_counts[True], m.launch_counts[False]),
@@ -94,6 +98,13 @@ def _energy_cell(heldout: dict | None) -> str:
     return f"{_cell(heldout['median'])} / {_cell(heldout['p95'])}"
 
 
+def _neighbour_cell(oracle: dict | None) -> str:
+    """``vLLM / sim`` p95 on the decode steps the neighbour oracle predicts, or ``-`` (none)."""
+    if not oracle or not oracle["oracle"].get("steps"):
+        return "-"
+    return f"{_cell(oracle['oracle']['p95'])} / {_cell(oracle['model']['p95'])}"
+
+
 def _launch_cell(counts: tuple[int, int] | None) -> str:
     """``graph / eager`` launch counts, or ``-`` (not known)."""
     return "-" if counts is None else f"{counts[0]} / {counts[1]}"
@@ -111,7 +122,8 @@ def format_rows(rows: list[dict]) -> str:
         cells = [
             r["table"], f"{r['steps']:,}", _cell(r.get("stamps_out")),
             _cell(r["median"]), _cell(r["p95"]), _cell(r["decode_p95"]), _cell(r["prefill_p95"]),
-            _cell(r["spread_p95"]), _energy_cell(r.get("energy")), _launch_cell(r.get("launches")),
+            _cell(r["spread_p95"]), _neighbour_cell(r.get("neighbours")),
+            _energy_cell(r.get("energy")), _launch_cell(r.get("launches")),
             _by_process_cell(r.get("eager_by_process")),
             "met" if r["meets_floor"] else "**missed**",
         ]  # fmt: skip

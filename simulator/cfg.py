@@ -8,6 +8,7 @@ file, the full dotted key path and what was expected. Reading is strict: unknown
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -145,5 +146,15 @@ def _exponent_hint(value: Any, integer: bool = False) -> str:
     if integer and number.is_integer():
         return f" (YAML reads {value} as text; write {int(number)})"
     mantissa, _, exponent = value.lower().partition("e")
-    fixed = f"{mantissa}.0e{exponent}" if "." not in mantissa else f"{mantissa}e{exponent}"
-    return f" (YAML reads {value} as text; write {fixed} or {number!r})"
+    if "." not in mantissa:
+        mantissa += ".0"
+    if exponent[:1] not in ("+", "-"):
+        exponent = "+" + exponent
+    ways = [f"{mantissa}e{exponent}"]  # YAML 1.1 wants the dot and the exponent's sign
+    if _YAML_FLOAT.match(repr(number)):  # the plain form, where YAML reads it (1000.0, 0.001)
+        ways.append(repr(number))
+    return f" (YAML reads {value} as text; write {' or '.join(ways)})"
+
+
+#: what YAML 1.1 (PyYAML) reads as a float: a dot always, a signed exponent if any
+_YAML_FLOAT = re.compile(r"^[-+]?[0-9][0-9_]*\.[0-9_]*([eE][-+][0-9]+)?$")

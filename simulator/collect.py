@@ -13,6 +13,7 @@ through here, so the metric names are the same everywhere:
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import re
@@ -21,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from simulator.errors import ConfigError
-from simulator.files import load_yaml_file, read_text
+from simulator.files import load_yaml_file, read_text, refuse_repeated_columns
 
 LATENCIES = ("ttft", "tpot", "itl", "e2e", "queue")
 STATS = ("mean", "p50", "p90", "p95", "p99")
@@ -154,6 +155,8 @@ def read_results_csv(path: Path, required=(), numeric=(), filled=(), **pandas_kw
     text = read_text(path, "CSV file")
     if not text.strip():
         raise ConfigError(str(path), "", "the file is empty (no CSV header)")
+    # pandas renames a repeated column ("x.1") silently: the header is checked as written
+    refuse_repeated_columns(path, next(csv.reader(io.StringIO(text)), []))
     try:
         df = pd.read_csv(io.StringIO(text), **pandas_kw)
     except (pd.errors.ParserError, ValueError) as e:

@@ -42,10 +42,21 @@ def csv_records(path: str | Path, what: str, columns) -> Iterator[tuple[int, dic
     naming the file), ``line`` as an editor numbers it (the header is line 1), so that a reader
     can name the line of a bad value."""
     reader = csv.DictReader(io.StringIO(read_text(path, what), newline=""))
+    refuse_repeated_columns(path, reader.fieldnames)
     missing = [c for c in columns if c not in (reader.fieldnames or [])]
     if missing:
         raise ConfigError(str(path), "header", f"missing columns {missing}")
     return enumerate(reader, start=2)
+
+
+def refuse_repeated_columns(path: str | Path, header: list[str] | None) -> None:
+    """A ConfigError naming ``path`` and a column its CSV header names twice: a row dict keeps
+    the last of the two values silently."""
+    seen: set[str] = set()
+    for name in header or []:
+        if name in seen:
+            raise ConfigError(str(path), "header", f"column {name!r} is named twice; keep one")
+        seen.add(name)
 
 
 def decode_text(data: bytes, where: str, what: str = "file") -> str:

@@ -505,6 +505,17 @@ def test_bad_steps_csv_names_the_file_and_line(tmp_path):
         EngineStepModel(d, "toy", 1)
 
 
+def test_a_steps_csv_column_named_twice_is_refused(tmp_path):
+    """A row dict keeps the last of two same-named columns: refused, naming the column."""
+    d = _table(tmp_path)
+    lines = (d / "steps.csv").read_text().splitlines()
+    lines[0] = lines[0].replace("decode_ctx", "decode_seqs", 1)
+    (d / "steps.csv").write_text("\n".join(lines) + "\n")
+    twice = r"steps.csv: header: column 'decode_seqs' is named twice"
+    with pytest.raises(ConfigError, match=twice):
+        EngineStepModel(d, "toy", 1)
+
+
 # ------------------------------------------------------------------- shipped tables, selection
 #: shipped tables that meet the held-out floor; `servesim profile tables` lists every table with
 #: its floor. Not here: H100 Qwen2.5-7B (p95 10.8%) and H200 Qwen2.5-7B (re-recorded 2026-11-27
@@ -1134,6 +1145,26 @@ def test_eager_decode_batches_join_the_decode_curve_only_when_measured_well_abov
     d.mkdir()
     small = EngineStepModel(_table(d, batches=(*DECODE_BATCHES, 513)), "toy", 1)
     assert small.decode_top == 512 and max(small.decode_knots) <= 512
+
+
+def _eager_flat(r):
+    """Eager decode (above the largest graph, 512): 60 ms whatever the batch, plus the KV
+    terms of `_truth`."""
+    if r["prefill_tokens"] == 0 and r["decode_seqs"] > 512:
+        return 0.060 + 2e-8 * r["decode_ctx"] + 1e-7 * r["decode_max"]
+    return _truth(r)
+
+
+def test_an_eager_batch_below_the_first_eager_knot_is_charged_as_eager(tmp_path):
+    """Measured eager batches of 600 sequences and more only: a batch of 520 runs eagerly and
+    is charged as the first eager knot is (60 ms and its KV terms), not a point on the line
+    from the 512 graph's value (9 ms) up to that knot's."""
+    wide = (*DECODE_BATCHES, 600, 768, 1024)
+    m = EngineStepModel(_table(tmp_path, n=1200, truth=_eager_flat, batches=wide), "toy", 1)
+    assert min(k for k in m.decode_knots if k > 512) == 600
+    for b in (512, 513, 520, 599):
+        r = {"prefill_tokens": 0, "decode_seqs": b, "decode_ctx": 200 * b, "decode_max": 400}
+        assert m.step_time(0, 0, 0, b, 200 * b, 400) == pytest.approx(_eager_flat(r), rel=0.05)
 
 
 def test_eager_sizes_a_drain_visits_in_each_pass_share_one_knot(tmp_path):

@@ -78,6 +78,8 @@ from simulator.errors import ConfigError
 from simulator.files import csv_records, load_yaml_file, read_text
 from simulator.latency.base import LAUNCHED_STEP_KEEPS, STEP_FEATURES, after_launch_wait
 from simulator.latency.clock_dip import ClockDip, fit_clock_dip, row_factors
+from simulator.latency.meta_keys import TABLE_META, check_meta_keys
+from simulator.latency.step_oracle import neighbour_oracle
 
 STEP_COLUMNS = [
     "step_id", "scenario", "split", *STEP_FEATURES, "after_idle", "burst", "prefill_behind",
@@ -226,6 +228,7 @@ class EngineStepModel:
         # gives the launch times; then also those behind prefill steps. The decode curve's
         # knots are taken on the first pass, which leaves the fewest steps a target.
         self.decode_knots: tuple[int, ...] | None = None
+        self._first_eager: int | None = None
         #: decode steps slowed after a long prefill (`clock_dip`), fitted on the steady fit's
         #: training residuals, then the steady fit on targets with the dip taken out, in turn
         self.clock_dip: ClockDip | None = None
@@ -304,7 +307,7 @@ class EngineStepModel:
 
     def _decode_x(self, b, ctx, mx, idle=0) -> list[float]:
         mx = mx or ctx / b  # 0: longest context unknown, assume the batch's mean
-        return hat(self.padded(b), self.decode_knots) + [ctx, mx, idle]
+        return hat(self._curve_size(b), self.decode_knots) + [ctx, mx, idle]
 
     def _mixed_x(self, pt, attn, ps, b, ctx, idle=0) -> list[float]:
         p = self.padded(pt + b)
@@ -505,6 +508,8 @@ class EngineStepModel:
         mix = [r for r in train if not self._on_decode_curve(r["prefill_tokens"], r["decode_seqs"])]
         if self.decode_knots is None:
             self.decode_knots = tuple(sorted({*self._measured_sizes(dec), *self._eager_sizes()}))
+            #: the curve's smallest knot above the largest graph (None: no eager knot)
+            self._first_eager = next((k for k in self.decode_knots if k > self.max_graph), None)
         if len(self.decode_knots) < 2 or len(mix) < 2 * len(self.token_knots):
             raise ConfigError(
                 str(self.dir / "steps.csv"),
@@ -522,6 +527,16 @@ class EngineStepModel:
         self._c_ctx, self._c_max, self._c_idle = (float(c) for c in self.c_dec[k : k + 3])
         self.far_off = n_dec + n_mix
         self.train_steps = len(train)
+
+    def _curve_size(self, b: int) -> int:
+        """Where a decode batch of ``b`` reads the decode curve: at its graph size (`padded`),
+        except an eager batch below the curve's first eager knot, which reads that knot. The
+        segment below it starts at the largest graph, a regime such a batch does not run in:
+        on H200 DeepSeek-V2-Lite it charged 520 eager sequences 54 ms, a third of the way from
+        the 512 graph's time to the first eager knot's (539), where they took 95 ms."""
+        p = self.padded(b)
+        first = self._first_eager
+        return first if first is not None and self.max_graph < p < first else p
 
     def _measured_sizes(self, dec: list[dict]) -> tuple[int, ...]:
         """The sizes at least ``MIN_KNOT_STEPS`` of the decode steps ``dec`` ran at: CUDA-graph
@@ -624,7 +639,7 @@ class EngineStepModel:
     def _graph_w_of(self, b: int) -> float:
         """`_graph_w` at the graph size a decode batch of ``b`` runs at (`padded`), computed
         and kept there for an eager size (tables with the `wide` family)."""
-        p = self.padded(b)
+        p = self._curve_size(b)
         w = self._graph_w.get(p)
         if w is None:
             w = self._graph_w[p] = self._curve_w(p)
@@ -703,6 +718,7 @@ class EngineStepModel:
         out["worst_scenarios"] = worst_scenarios(self, judged)
         out["single_intervals"] = error_summary(self, [r for r in test if _usable(r)])["all"]
         out["repeat_spread"] = repeat_spread(test)
+        out["neighbour_oracle"] = neighbour_oracle(self, judged, _abs_err_stats)
         pairs = self._launched_pairs(test)
         out["launched_pairs"] = _abs_err_stats([c / m - 1 for c, m in pairs])
         out["energy"] = self.energy.heldout() if self.energy else self.energy_note
@@ -905,6 +921,7 @@ def _read_meta(table_dir: Path) -> dict:
     for key in ("engine", "gpu", "model", "tp"):
         if not isinstance(meta, dict) or key not in meta:
             raise ConfigError(str(path), key, "missing (an engine-steps table's meta)")
+    check_meta_keys(meta, str(path), TABLE_META)
     return meta
 
 

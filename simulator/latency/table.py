@@ -46,7 +46,7 @@ import os
 from dataclasses import dataclass, field
 
 from simulator.errors import ConfigError
-from simulator.files import load_yaml_file, read_text
+from simulator.files import load_yaml_file, read_text, refuse_repeated_columns
 from simulator.latency.base import STEP_FEATURES
 from simulator.latency.meta_keys import TABLE_META, check_meta_keys
 from simulator.precision import META_DTYPE_NAMES, Precision
@@ -163,6 +163,7 @@ def read_csv(path: str, name: str) -> list[dict]:
         with io.StringIO(read_text(path, "table CSV"), newline="") as f:
             reader = csv.DictReader(f)
             header = reader.fieldnames or []
+            refuse_repeated_columns(path, header)
             for col in numeric + text:
                 if col not in header:
                     raise ConfigError(path, col, "required column is missing")

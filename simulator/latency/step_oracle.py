@@ -1,0 +1,58 @@
+"""The neighbour oracle: how well a table's held-out decode steps predict one another, the
+floor under which no model of a step's composition can judge that recording.
+
+Why: the held-out floor (p95 <= 10%) assumes a recording whose equal steps take equal times.
+Some do not: on H200 DeepSeek-V2-Lite, eager decode steps of 768 sequences, one after another
+and ~0.7% apart in context, took 64 to 103 ms in stretches (host speed; they are launch-bound).
+Any function of the step's composition predicts those steps alike, so part of them must miss.
+`repeat_spread` measures the same noise where a grid timed one composition in several passes;
+this measures it within one pass, from the chain of decode steps every decode scenario runs.
+
+A held-out decode-only step's *neighbours* are the other held-out decode-only steps of its
+scenario and engine process with the same ``decode_seqs`` and a ``decode_ctx`` within
+`CTX_TOLERANCE` of its own; with `MIN_NEIGHBOURS` or more, the oracle predicts it by their
+median target. The report gives the oracle's |error| on the steps it predicts, and the
+model's on the same steps, so the two read side by side. Rows are the held-out report's own
+(`median_of_repeats` of the test split): the oracle is judged on what the model is judged on.
+"""
+
+from __future__ import annotations
+
+from statistics import median
+
+#: neighbours' decode context within this fraction of the step's own (the chain's steps grow
+#: by one token per sequence: 2% spans tens of steps at the grid's contexts)
+CTX_TOLERANCE = 0.02
+#: neighbours a step needs before the oracle predicts it
+MIN_NEIGHBOURS = 2
+
+
+def neighbour_predictions(rows: list[dict]) -> list[tuple[dict, float]]:
+    """``(row, oracle prediction)`` for every decode-only row with enough neighbours, in row
+    order (see the module docstring)."""
+    by: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r["prefill_tokens"] == 0:
+            by.setdefault((r["scenario"], r.get("proc", 0), r["decode_seqs"]), []).append(r)
+    predicted = {}
+    for group in by.values():
+        for r in group:
+            ctx = r["decode_ctx"]
+            near = [
+                o["target"]
+                for o in group
+                if o is not r and abs(o["decode_ctx"] - ctx) <= CTX_TOLERANCE * ctx
+            ]
+            if len(near) >= MIN_NEIGHBOURS:
+                predicted[id(r)] = median(near)
+    return [(r, predicted[id(r)]) for r in rows if id(r) in predicted]
+
+
+def neighbour_oracle(model, rows: list[dict], stats) -> dict:
+    """The oracle's and ``model``'s |relative error| statistics (``stats``: list of signed
+    errors -> summary) on the rows the oracle predicts, and their count."""
+    pairs = neighbour_predictions(rows)
+    return {
+        "oracle": stats([p / r["target"] - 1 for r, p in pairs]),
+        "model": stats([model.predict_row(r) / r["target"] - 1 for r, _ in pairs]),
+    }
