@@ -52,11 +52,20 @@ def csv_records(path: str | Path, what: str, columns) -> Iterator[tuple[int, dic
 def refuse_repeated_columns(path: str | Path, header: list[str] | None) -> None:
     """A ConfigError naming ``path`` and a column its CSV header names twice: a row dict keeps
     the last of the two values silently."""
+    name = repeated_column(header or [])
+    if name is not None:
+        raise ConfigError(str(path), "header", f"column {name!r} is named twice; keep one")
+
+
+def repeated_column(header: list[str]) -> str | None:
+    """The first non-empty column name ``header`` gives twice, or None (empty names, from
+    trailing commas, are never read, so they cannot be confused)."""
     seen: set[str] = set()
-    for name in header or []:
-        if name in seen:
-            raise ConfigError(str(path), "header", f"column {name!r} is named twice; keep one")
+    for name in header:
+        if name and name in seen:
+            return name
         seen.add(name)
+    return None
 
 
 def decode_text(data: bytes, where: str, what: str = "file") -> str:

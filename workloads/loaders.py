@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from simulator.errors import ConfigError
-from simulator.files import read_text
+from simulator.files import read_text, repeated_column
 
 FORMATS = ("azure", "mooncake", "lengths", "vidur")
 MOONCAKE_BLOCK_SIZE = 512
@@ -298,13 +298,10 @@ def _header(path: Path, reader) -> list[str]:
 
 
 def _refuse_repeated_columns(path: Path, header: list[str], line: int) -> None:
-    """Raise on a non-empty column name the header gives twice (empty names, from trailing
-    commas, are never read, so they cannot be confused)."""
-    seen = set()
-    for name in header:
-        if name and name in seen:
-            raise TraceFormatError(path, f"column {name!r} is named twice; keep one", line)
-        seen.add(name)
+    """Raise on a column name the header gives twice (`repeated_column`)."""
+    name = repeated_column(header)
+    if name is not None:
+        raise TraceFormatError(path, f"column {name!r} is named twice; keep one", line)
 
 
 def _csv_error(path: Path, exc: csv.Error, line: int, row: int) -> TraceFormatError:

@@ -87,6 +87,8 @@ REPEATS = (
            "serving_repeats/h200_deepseek-v2-lite_host2"),
     Repeat("h200/gemma-3-27b", "two H200s (four cases)", "real/h200_gemma-3-27b",
            "serving_repeats/h200_gemma-3-27b_host2"),
+    Repeat("h200/deepseek-v2-lite", "two H200s (a third)", "real/h200_deepseek-v2-lite",
+           "serving_repeats/h200_deepseek-v2-lite_host3"),
 )  # fmt: skip
 
 
