@@ -1,12 +1,15 @@
-"""The neighbour oracle: how well a table's held-out decode steps predict one another, the
-floor under which no model of a step's composition can judge that recording.
+"""The neighbour oracle: how well a table's held-out decode steps predict one another, a lower
+bound on how noisy the recording is.
 
 Why: the held-out floor (p95 <= 10%) assumes a recording whose equal steps take equal times.
 Some do not: on H200 DeepSeek-V2-Lite, eager decode steps of 768 sequences, one after another
 and ~0.7% apart in context, took 64 to 103 ms in stretches (host speed; they are launch-bound).
 Any function of the step's composition predicts those steps alike, so part of them must miss.
-`repeat_spread` measures the same noise where a grid timed one composition in several passes;
-this measures it within one pass, from the chain of decode steps every decode scenario runs.
+`repeat_spread` measures that noise where a grid timed one composition in several passes; this
+measures it within one pass, from the chain of decode steps every decode scenario runs. A step's
+neighbours ran just before and after it, in the same stretch of host speed, so the oracle knows
+something no model of composition can: its error is a lower bound on the noise, and a model
+near it on these steps has little left to gain there, while one far above it has model error.
 
 A held-out decode-only step's *neighbours* are the other held-out decode-only steps of its
 scenario and engine process with the same ``decode_seqs`` and a ``decode_ctx`` within
@@ -50,7 +53,7 @@ def neighbour_predictions(rows: list[dict]) -> list[tuple[dict, float]]:
 
 def neighbour_oracle(model, rows: list[dict], stats) -> dict:
     """The oracle's and ``model``'s |relative error| statistics (``stats``: list of signed
-    errors -> summary) on the rows the oracle predicts, and their count."""
+    errors -> summary, its step count included) on the rows the oracle predicts."""
     pairs = neighbour_predictions(rows)
     return {
         "oracle": stats([p / r["target"] - 1 for r, p in pairs]),
