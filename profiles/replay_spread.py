@@ -103,6 +103,14 @@ __all__ = [
 ]
 
 
+def beyond_ratio(sim: list[float], oracle: list[float], miss: float) -> str:
+    """How many of ``sim``'s errors lie beyond ``miss`` over how many of ``oracle``'s do (the
+    same reference values), as ``"1.13x"``; ``"-"`` when the oracle has none. Why: the floor
+    proposed for issue 13 reads on this ratio (servesim's misses against vLLM's own)."""
+    o = sum(abs(e) > miss for e in oracle)
+    return f"{sum(abs(e) > miss for e in sim) / o:.2f}x" if o else "-"
+
+
 def leave_one_out(
     values: dict[str, dict[str, dict[str, float]]], min_others: int = 2
 ) -> list[tuple[str, str, str, float]]:

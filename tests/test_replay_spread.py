@@ -174,3 +174,12 @@ def test_leave_one_out_predicts_each_run_by_the_median_of_the_others():
     # with one other enough, c2 enters as a plain replay pair, both ways
     pair = {(r, c): e for r, c, _, e in leave_one_out(vals, min_others=1) if c == "c2"}
     assert pair == pytest.approx({("a", "c2"): 2.0, ("b", "c2"): 1 / 3 - 1})
+
+
+def test_beyond_ratio_counts_misses_on_the_same_values():
+    from profiles.replay_spread import beyond_ratio
+
+    oracle = [0.2, -0.16, 0.1, 0.15]  # two beyond 15% (0.15 itself is not)
+    assert beyond_ratio([0.3, 0.01, -0.4, 0.2], oracle, 0.15) == "1.50x"
+    assert beyond_ratio([0.0, 0.0, 0.0, 0.0], oracle, 0.15) == "0.00x"
+    assert beyond_ratio([0.5], [0.01], 0.15) == "-"  # the oracle misses nothing: no scale

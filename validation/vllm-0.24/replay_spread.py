@@ -25,7 +25,12 @@ sys.path.insert(0, str(HERE))
 
 from run_all import PAIRS, cases, error_stats, report, totals_table  # noqa: E402
 
-from profiles.replay_spread import compare_runs, leave_one_out, metric_values  # noqa: E402
+from profiles.replay_spread import (  # noqa: E402
+    beyond_ratio,
+    compare_runs,
+    leave_one_out,
+    metric_values,
+)
 from profiles.vllm_validate import load_phase  # noqa: E402
 from simulator.errors import ConfigError  # noqa: E402
 
@@ -223,14 +228,16 @@ def oracle_table(simulated: dict[str, dict]) -> str:
     can beat by much) against the simulator, on the same reference values. What it answers:
     whether "no metric beyond 15% of one replay" can be met by any prediction at all."""
     lines = ["| served model | replays | values | oracle (median of the other replays): "
-             "median, beyond 15%, max | servesim: median, beyond 15%, max |",
-             "| --- | --- | --- | --- | --- |"]  # fmt: skip
+             "median, beyond 15%, max | servesim: median, beyond 15%, max "
+             "| servesim / oracle beyond 15% |",
+             "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for key, runs in replays_by_model().items():
         if len(runs) < ORACLE_MIN_OTHERS + 1:
             continue
         oracle, sim = oracle_errors(key, runs, simulated)
         o, s = (", ".join(error_stats(e, MISS)) for e in (oracle, sim))
-        lines.append(f"| {key} | {len(runs)} | {len(oracle)} | {o} | {s} |")
+        ratio = beyond_ratio(sim, oracle, MISS)
+        lines.append(f"| {key} | {len(runs)} | {len(oracle)} | {o} | {s} | {ratio} |")
     return "\n".join(lines)
 
 
