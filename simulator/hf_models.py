@@ -28,12 +28,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simulator.errors import ConfigError
-from simulator.files import read_text
+from simulator.files import DuplicateKey, loads_json_unique, read_text
 
 if TYPE_CHECKING:
     from simulator.models import ModelSpec
@@ -128,22 +127,15 @@ def load_hf_config_file(path: str | Path, where: str, key: str, **overrides: Any
     """Read a ``config.json`` file into a ModelSpec named after its folder (or ``name``)."""
     text = read_text(path, "model config.json")
     try:
-        data = json.loads(text, object_pairs_hook=partial(_unique_keys, str(path)))
+        data = loads_json_unique(text)
     except json.JSONDecodeError as e:
         raise ConfigError(str(path), f"line {e.lineno}", f"not valid JSON: {e.msg}") from None
+    except DuplicateKey as e:
+        raise ConfigError(
+            str(path), e.key, "duplicate key: given twice in one JSON object"
+        ) from None
     name = overrides.pop("name", None) or Path(path).resolve().parent.name.lower()
     return spec_from_hf_config(data, str(path), name, **overrides)
-
-
-def _unique_keys(where: str, pairs: list[tuple[str, Any]]) -> dict:
-    """A JSON object's mapping, refusing a key given twice (json keeps the last silently; YAML
-    configs refuse duplicates too, `simulator.files`)."""
-    out: dict = {}
-    for key, value in pairs:
-        if key in out:
-            raise ConfigError(where, key, "duplicate key: given twice in one JSON object")
-        out[key] = value
-    return out
 
 
 def spec_from_hf_config(data: Any, where: str, name: str, **overrides: Any) -> ModelSpec:

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from simulator.errors import ConfigError
-from simulator.files import read_text, repeated_column
+from simulator.files import DuplicateKey, loads_json_unique, read_text, repeated_column
 
 FORMATS = ("azure", "mooncake", "lengths", "vidur")
 MOONCAKE_BLOCK_SIZE = 512
@@ -358,25 +358,25 @@ def _jsonl_records(path: Path) -> tuple[list[int], list[dict]]:
 
     Fast path: parse all lines as one JSON array (one C call instead of one per line). If that
     fails, parse line by line to name the first bad line. A key given twice in one object is
-    an error (json would keep the last silently; `_unique_keys`).
+    an error (json would keep the last silently; `simulator.files.loads_json_unique`).
     """
     with _open(path) as handle:
         texts = handle.read().split("\n")  # not splitlines(): JSON strings may hold U+2028
     lines = [i for i, text in enumerate(texts, start=1) if text.strip()]
     try:
-        records = _json("[" + ",".join(texts[i - 1] for i in lines) + "]")
-    except (json.JSONDecodeError, RecursionError, _DuplicateKey):
+        records = loads_json_unique("[" + ",".join(texts[i - 1] for i in lines) + "]")
+    except (json.JSONDecodeError, RecursionError, DuplicateKey):
         records = None
     if records is None or len(records) != len(lines):
         records = []
         for row, line in enumerate(lines, start=1):
             try:
-                records.append(_json(texts[line - 1]))
+                records.append(loads_json_unique(texts[line - 1]))
             except json.JSONDecodeError as exc:
                 raise TraceFormatError(path, f"not valid JSON ({exc.msg})", line, row) from None
             except RecursionError:
                 raise TraceFormatError(path, "JSON nested too deeply", line, row) from None
-            except _DuplicateKey as exc:
+            except DuplicateKey as exc:
                 twice = "key given twice in one object (JSON would keep the last silently)"
                 raise TraceFormatError(path, twice, line, row, exc.key) from None
     if not records:
@@ -387,29 +387,6 @@ def _jsonl_records(path: Path) -> tuple[list[int], list[dict]]:
             path, f"expected a JSON object, got {_show(records[row])}", lines[row], row + 1
         )
     return lines, records
-
-
-class _DuplicateKey(Exception):
-    """A JSON object gave ``key`` twice (raised by `_unique_keys`, reported with its line)."""
-
-    def __init__(self, key: str):
-        super().__init__(key)
-        self.key = key
-
-
-def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
-    """``object_pairs_hook``: the object as a dict, unless a key repeats (this hook made the
-    parse of a 100k-row trace ~8% slower: 0.45 -> 0.49 s)."""
-    record: dict = {}
-    for key, value in pairs:
-        if key in record:
-            raise _DuplicateKey(key)
-        record[key] = value
-    return record
-
-
-def _json(text: str):
-    return json.loads(text, object_pairs_hook=_unique_keys)
 
 
 def _int_array(path: Path, col: Column, minimum: int) -> np.ndarray:
