@@ -3,25 +3,28 @@ held-out error it publishes and whether it meets the floor a shipped table is he
 
 Why: the accuracy of a table is a property of the table, computed from its own ``steps.csv``
 (`EngineStepModel.heldout`: the steps its fit never saw), so the list of what exists and how
-good each is should be computed, not copied into prose by hand (the README's table drifted:
-it once said "all but seven" where eight tables missed). The ``spread`` column is vLLM against
+good each is should be computed, not copied into prose by hand (the README's table drifted: it
+once said "all but seven" where eight tables missed). The ``spread`` column is vLLM against
 itself (`engine_steps.repeat_spread`: each timing of a composition timed three or more times
 against their median), the noise under which no step model can go on single intervals; ``-``
 where the table timed no composition three times. ``neighbours p95`` is vLLM against itself
 within one pass (`simulator.latency.step_oracle`): the p95 error of predicting each held-out
 decode step by the median of its near-equal neighbours in the same decode chain, beside the
-model's p95 on the same steps. ``stamps out`` is the share of the recorded
-steps left out of the fit and of the judge because their completion stamps were wrong
-(`profiles.vllm_table.flag_early_stamps`, `flag_shifted_stamps`): a reader should see how much
-cleaning a table's numbers stand on. ``energy`` is the energy law's held-out error on the
-joules of the test scenarios (`simulator.energy.MeasuredStepEnergy.heldout`, median / p95),
+model's p95 on the same steps. ``cross-pass p95`` is vLLM against itself across passes
+(`step_oracle.cross_pass_oracle`): each held-out step's single timing predicted by the median of
+the same composition's timings in the table's other passes, minutes apart, beside the model's
+p95 on the same single timings; ``-`` for a table recorded in one pass. ``stamps out`` is the
+share of the recorded steps left out of the fit and of the judge because their completion stamps
+were wrong (`profiles.vllm_table.flag_early_stamps`, `flag_shifted_stamps`): a reader should see
+how much cleaning a table's numbers stand on. ``energy`` is the energy law's held-out error on
+the joules of the test scenarios (`simulator.energy.MeasuredStepEnergy.heldout`, median / p95),
 ``-`` for a table without power readings; it is reported, not part of the floor. ``launches``
 counts the prompt-step launches behind decode steps the table's fit attributed, within the
 largest CUDA graph / above it (`EngineStepModel._fit_launch`): the simulator draws every such
 launch from these, so they set light-load TTFT and token-gap tails, and a handful (tables
 recorded before the grid's ``arrive`` family: 4 / 12 for the H100 Llama-3-8B table) is a thin
-sample of a host's spread; under 3, that kind is charged no launch. ``eager ms by process``:
-the median eager launch of each engine process the table's run used, read from its raw stamps
+sample of a host's spread; under 3, that kind is charged no launch. ``eager ms by process``: the
+median eager launch of each engine process the table's run used, read from its raw stamps
 (meta.yaml ``launches_by_engine_process``; processes without eager launches left out): the
 launch time is drawn per process (profiles/README.md, "One pass per engine process"), so one
 value is one draw and several show the spread.
@@ -48,7 +51,8 @@ FLOOR_MEDIAN, FLOOR_P95 = 0.05, 0.10
 
 COLUMNS = (
     "table", "steps", "stamps out", "median", "p95", "decode-only p95", "with-prefill p95",
-    "spread p95", "neighbours p95 vLLM / sim", "energy", "launches", "eager ms by process", "floor",
+    "spread p95", "neighbours p95 vLLM / sim", "cross-pass p95 vLLM / sim", "energy", "launches",
+    "eager ms by process", "floor",
 )  # fmt: skip
 
 
@@ -71,6 +75,7 @@ def table_row(table_dir: Path) -> dict:
         "prefill_p95": h["with_prefill"]["p95"],
         "spread_p95": spread["p95"] if spread.get("steps") else None,
         "neighbours": h["neighbour_oracle"],
+        "cross_pass": h["cross_pass_oracle"],
         "stamps_out": _stamps_out(m.meta.get("steps") or {}),
         "energy": m.energy.heldout() if m.energy is not None else None,
         "launches": (m.launch_counts[True], m.launch_counts[False]),
@@ -98,8 +103,9 @@ def _energy_cell(heldout: dict | None) -> str:
     return f"{_cell(heldout['median'])} / {_cell(heldout['p95'])}"
 
 
-def _neighbour_cell(oracle: dict | None) -> str:
-    """``vLLM / sim`` p95 on the decode steps the neighbour oracle predicts, or ``-`` (none)."""
+def _oracle_cell(oracle: dict | None) -> str:
+    """``vLLM / sim`` p95 on the steps an oracle predicts (`neighbour_oracle`,
+    `cross_pass_oracle`), or ``-`` (none)."""
     if not oracle or not oracle["oracle"].get("steps"):
         return "-"
     return f"{_cell(oracle['oracle']['p95'])} / {_cell(oracle['model']['p95'])}"
@@ -122,7 +128,8 @@ def format_rows(rows: list[dict]) -> str:
         cells = [
             r["table"], f"{r['steps']:,}", _cell(r.get("stamps_out")),
             _cell(r["median"]), _cell(r["p95"]), _cell(r["decode_p95"]), _cell(r["prefill_p95"]),
-            _cell(r["spread_p95"]), _neighbour_cell(r.get("neighbours")),
+            _cell(r["spread_p95"]), _oracle_cell(r.get("neighbours")),
+            _oracle_cell(r.get("cross_pass")),
             _energy_cell(r.get("energy")), _launch_cell(r.get("launches")),
             _by_process_cell(r.get("eager_by_process")),
             "met" if r["meets_floor"] else "**missed**",

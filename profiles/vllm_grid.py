@@ -45,6 +45,10 @@ from __future__ import annotations
 import math
 import random
 
+# a repeat pass's scenario id is ``<id>~r<k>`` (``REPEAT_SEP``: a ``~`` no base id contains),
+# defined beside the table reader that parses it back
+from simulator.latency.step_oracle import REPEAT_SEP, scenario_pass
+
 DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 384, 512)
 DECODE_CONTEXTS = (128, 1024, 4096)
 SPREAD_BATCHES = (8, 32, 128)
@@ -98,8 +102,6 @@ TEST_EVERY = 3  # every third scenario of each family (by a seeded shuffle) is h
 #: passes over the grid a new profile runs (`repeated`): each step's time is the median of its
 #: repeats, as a kernel bench takes the median of repeated timings
 REPEATS = 3
-#: the separator of a repeat's scenario id (``dec_b8_c128~r1``): a ``~`` no base id contains
-REPEAT_SEP = "~r"
 
 
 def scenarios(
@@ -219,8 +221,7 @@ def _wide_outs(b: int, graph: int) -> list[int]:
 def pass_index(scenario_id: str) -> int:
     """Which pass over the grid a scenario id belongs to (`repeated`: ``<id>~r<r>``; 0 for a
     base id)."""
-    _, sep, r = scenario_id.rpartition(REPEAT_SEP)
-    return int(r) if sep and r.isdigit() else 0
+    return scenario_pass(scenario_id)[1]
 
 
 def repeated(scs: list[dict], repeats: int) -> list[dict]:

@@ -38,6 +38,8 @@ def test_a_row_is_the_tables_own_heldout_report(tmp_path):
     assert row["prefill_p95"] == h["with_prefill"]["p95"]
     assert row["spread_p95"] is None  # one pass: no composition timed three times
     assert row["neighbours"] == h["neighbour_oracle"] and row["neighbours"]["oracle"]["steps"]
+    assert row["cross_pass"] == h["cross_pass_oracle"]
+    assert row["cross_pass"]["oracle"]["steps"] == 0  # one pass: no other pass to predict from
     assert row["meets_floor"] is (row["median"] <= 0.05 and row["p95"] <= 0.10)
     steps = yaml.safe_load((dest / "meta.yaml").read_text())["steps"]
     left_out = steps["early_stamp_steps_left_out"] + steps["shifted_stamp_steps_left_out"]
@@ -60,16 +62,21 @@ def test_the_launch_cell_counts_graph_and_eager_launches_or_a_dash():
     assert lines[2].endswith("| - | 4 / 12 | - | met |") and lines[3].endswith(
         "| - | - | - | met |"
     )
-    assert lines[2].endswith("| - | - | - | 4 / 12 | - | met |")  # spread, neighbours, energy
+    # spread, neighbours, cross-pass, energy
+    assert lines[2].endswith("| - | - | - | - | 4 / 12 | - | met |")
 
 
-def test_the_neighbour_cell_is_vllms_and_the_models_p95_or_a_dash():
+def test_the_oracle_cells_are_vllms_and_the_models_p95_or_a_dash():
     oracle = {"oracle": {"steps": 9, "p95": 0.066}, "model": {"steps": 9, "p95": 0.077}}
-    rows = [{**_row(0.01, 0.02), "neighbours": oracle}, {**_row(0.01, 0.02), "neighbours": {
-        "oracle": {"steps": 0}, "model": {"steps": 0}}}]  # fmt: skip
+    across = {"oracle": {"steps": 5, "p95": 0.311}, "model": {"steps": 5, "p95": 0.208}}
+    none = {"oracle": {"steps": 0}, "model": {"steps": 0}}
+    rows = [
+        {**_row(0.01, 0.02), "neighbours": oracle, "cross_pass": across},
+        {**_row(0.01, 0.02), "neighbours": none, "cross_pass": none},
+    ]
     lines = format_rows(rows).splitlines()
-    assert lines[2].endswith("| - | 6.6% / 7.7% | - | - | - | met |")
-    assert lines[3].endswith("| - | - | - | - | - | met |")
+    assert lines[2].endswith("| - | 6.6% / 7.7% | 31.1% / 20.8% | - | - | - | met |")
+    assert lines[3].endswith("| - | - | - | - | - | - | met |")
 
 
 def test_the_energy_cell_is_median_and_p95_or_a_dash():
@@ -83,9 +90,9 @@ def test_the_energy_cell_is_median_and_p95_or_a_dash():
 def test_the_floor_is_median_5_and_p95_10_percent_inclusive():
     text = format_rows([_row(0.05, 0.10), _row(0.01, 0.1001), _row(0.0501, 0.02, 0.034)])
     lines = text.splitlines()
-    assert lines[2].endswith("| 5.0% | 10.0% | 10.0% | 10.0% | - | - | - | - | - | met |")
+    assert lines[2].endswith("| 5.0% | 10.0% | 10.0% | 10.0% | - | - | - | - | - | - | met |")
     assert lines[3].endswith("| **missed** |")
-    assert lines[4].endswith("| 3.4% | - | - | - | - | **missed** |")
+    assert lines[4].endswith("| 3.4% | - | - | - | - | - | **missed** |")
     assert lines[-1].startswith("1 of 3 tables meet the floor")
 
 

@@ -79,7 +79,7 @@ from simulator.files import csv_records, load_yaml_file, read_text
 from simulator.latency.base import LAUNCHED_STEP_KEEPS, STEP_FEATURES, after_launch_wait
 from simulator.latency.clock_dip import ClockDip, fit_clock_dip, row_factors
 from simulator.latency.meta_keys import TABLE_META, check_meta_keys
-from simulator.latency.step_oracle import neighbour_oracle
+from simulator.latency.step_oracle import cross_pass_oracle, neighbour_oracle
 
 STEP_COLUMNS = [
     "step_id", "scenario", "split", *STEP_FEATURES, "after_idle", "burst", "prefill_behind",
@@ -719,6 +719,8 @@ class EngineStepModel:
         out["single_intervals"] = error_summary(self, [r for r in test if _usable(r)])["all"]
         out["repeat_spread"] = repeat_spread(test)
         out["neighbour_oracle"] = neighbour_oracle(self, judged, _abs_err_stats)
+        single = [r for r in test if _usable(r)]
+        out["cross_pass_oracle"] = cross_pass_oracle(self, single, _abs_err_stats)
         pairs = self._launched_pairs(test)
         out["launched_pairs"] = _abs_err_stats([c / m - 1 for c, m in pairs])
         out["energy"] = self.energy.heldout() if self.energy else self.energy_note
