@@ -1167,6 +1167,63 @@ def test_an_eager_batch_below_the_first_eager_knot_is_charged_as_eager(tmp_path)
         assert m.step_time(0, 0, 0, b, 200 * b, 400) == pytest.approx(_eager_flat(r), rel=0.05)
 
 
+def _skew_cost(b: int) -> float:
+    """Seconds a token of the longest context's excess over the mean costs at a decode batch of
+    ``b`` (its graph size): 0 at 1, 6.4e-7 at 64, back to 0 at 512, linear between. Never more
+    than ``b`` times `_truth`'s 2e-8 a key, so the law stays non-decreasing in the context."""
+    pad = next((c for c in CAPTURE if c >= b), b)
+    return 6.4e-7 * ((pad - 1) / 63 if pad <= 64 else (512 - min(pad, 512)) / 448)
+
+
+def _skewed_truth(r):
+    """`_truth` plus the longest context's excess over the mean at `_skew_cost` (a decode
+    kernel whose tail is its longest sequence, most so at a few dozen sequences)."""
+    b = r["decode_seqs"]
+    if r["prefill_tokens"] or not b:
+        return _truth(r)
+    return _truth(r) + _skew_cost(b) * (r["decode_max"] - r["decode_ctx"] / b)
+
+
+def test_the_longest_contexts_excess_costs_by_batch_size(tmp_path):
+    """Half the decode steps even (longest = mean), half skewed: the skew term is fitted per
+    batch size (`SKEW_KNOTS`), so skewed steps at 64 sequences (excess ~1,500 tokens: +1 ms,
+    ~20%) and even ones at 64 and 400 come out right, where one longest-context coefficient for
+    every batch cannot."""
+    d = _table(tmp_path, n=1200, truth=_skewed_truth)
+    rows = list(csv.DictReader(open(d / "steps.csv")))
+    for r in rows:
+        b, ctx = int(r["decode_seqs"]), int(r["decode_ctx"])
+        if int(r["prefill_tokens"]) == 0 and int(r["step_id"]) % 4 == 1:
+            r["decode_max"] = ctx // b  # an even batch
+        feats = {k: float(r[k]) for k in ("prefill_tokens", "decode_seqs", "decode_ctx",
+                                          "decode_max", "prefill_attn")}  # fmt: skip
+        r["dur_us"] = _skewed_truth(feats) * 1e6
+    with open(d / "steps.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=STEP_COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    m = EngineStepModel(d, "toy", 1)
+    cases = ((64, 64 * 2000, 3500), (64, 64 * 2000, 2000), (400, 400 * 2000, 2000),
+             (400, 400 * 2000, 3990), (8, 8 * 2000, 3500), (3, 3 * 1000, 2500))  # fmt: skip
+    for b, ctx, mx in cases:
+        r = {"prefill_tokens": 0, "decode_seqs": b, "decode_ctx": ctx, "decode_max": mx}
+        assert m.step_time(0, 0, 0, b, ctx, mx) == pytest.approx(_skewed_truth(r), rel=0.03)
+
+
+def test_more_context_beside_the_same_longest_never_costs_less(tmp_path):
+    """The skew cost is capped at ``b * a_ctx`` (`_decode_coeffs`): with a skew coefficient far
+    above it (set by hand, as a noisy fit could land), a decode step's time is still
+    non-decreasing in ``decode_ctx`` at a fixed longest context, and flat at the cap."""
+    m = EngineStepModel(_table(tmp_path), "toy", 1)
+    m._c_skew = [1e-5, 1e-5, 1e-5]  # 1e-5 s a token of excess: hundreds of times a_ctx
+    m._decode_w.clear()
+    for b in (2, 3, 8, 20, 64, 100):
+        mx = 4000
+        times = [m.step_time(0, 0, 0, b, ctx, mx) for ctx in range(mx + b - 1, b * mx + 1, 997)]
+        assert all(t2 >= t1 - 1e-15 for t1, t2 in zip(times, times[1:], strict=False)), b
+        assert times[-1] == pytest.approx(times[0], rel=1e-9)  # at the cap: flat
+
+
 def test_eager_sizes_a_drain_visits_in_each_pass_share_one_knot(tmp_path):
     """A wide batch draining visits 522 in one pass and 524 in two: one knot (at 524, where most
     steps ran), as 582/585 are another; a size with fewer than MIN_KNOT_STEPS steps in all its

@@ -10,7 +10,13 @@ The model has two regimes, as the engine has:
 
 * **decode-only steps of at most the largest CUDA-graph capture size** replay a full graph
   padded to the next capture size ``P(B)``:
-  ``t = W(P(B)) + a_ctx * decode_ctx + a_max * decode_max``;
+  ``t = W(P(B)) + a_ctx * decode_ctx + a_max * decode_max + S(P(B)) * (decode_max - mean)``,
+  ``mean = decode_ctx / B``. ``S`` (piecewise linear over `SKEW_KNOTS`, clamped at the last) is
+  what the longest context's excess over the mean costs at that batch size: a decode kernel's
+  tail is its longest sequence, and how much of the step that tail holds depends on how many
+  sequences share the GPU (one ``a_max`` for every batch under-charged the grid's ``spread``
+  steps by 3-6% and vLLM's served batches of 5-16 sequences by 3-7%; validation/vllm-0.24/
+  README.md, session 32);
 * **decode-only steps above it**, which run eagerly, join the first regime (``P(B) = B``, a
   knot at every measured batch size) when the table measured them at batches well above the
   largest graph (the grid's ``wide`` family: `EAGER_DECODE_FROM`); eager decode is launch-bound
@@ -96,6 +102,9 @@ EAGER_KNOT_SPREAD = 0.01
 #: a CUDA-graph size becomes a knot of the decode curve when this many training steps ran at it
 MIN_KNOT_STEPS = 3
 TOKEN_KNOTS = (1, 256, 1024, 4096, 8192, 16384)
+#: graph sizes at which the cost of a decode batch's longest context over its mean is a
+#: coefficient of its own (linear between, the last one's beyond; module docstring)
+SKEW_KNOTS = (1, 64, 512)
 #: rounds of (clock dip on the steady fit's residuals, steady fit without the dip): the
 #: first steady fit absorbs part of the dip into the decode curve, the second gives it back
 DIP_ROUNDS = 2
@@ -307,7 +316,12 @@ class EngineStepModel:
 
     def _decode_x(self, b, ctx, mx, idle=0) -> list[float]:
         mx = mx or ctx / b  # 0: longest context unknown, assume the batch's mean
-        return hat(self._curve_size(b), self.decode_knots) + [ctx, mx, idle]
+        skew = [(mx - ctx / b) * h for h in self._skew_hat(b)]
+        return hat(self._curve_size(b), self.decode_knots) + [ctx, mx, idle, *skew]
+
+    def _skew_hat(self, b: int) -> list[float]:
+        """The weights of `SKEW_KNOTS` at the graph size a batch of ``b`` runs at (clamped)."""
+        return hat(min(self.padded(b), SKEW_KNOTS[-1]), SKEW_KNOTS)
 
     def _mixed_x(self, pt, attn, ps, b, ctx, idle=0) -> list[float]:
         p = self.padded(pt + b)
@@ -525,6 +539,7 @@ class EngineStepModel:
         self.c_mix, n_mix = self._fit_regime(mix, self._row_mixed_x, len(self.token_knots))
         k = len(self.decode_knots)
         self._c_ctx, self._c_max, self._c_idle = (float(c) for c in self.c_dec[k : k + 3])
+        self._c_skew = [float(c) for c in self.c_dec[k + 3 : k + 3 + len(SKEW_KNOTS)]]
         self.far_off = n_dec + n_mix
         self.train_steps = len(train)
 
@@ -616,13 +631,15 @@ class EngineStepModel:
     ) -> float:
         if prefill_tokens == 0 and 0 < decode_seqs <= self.decode_top:  # `_on_decode_curve`
             # `_graph_decode_s` inline (a decode step is most steps): the same expression
-            w = self._decode_w.get(decode_seqs)
-            if w is None:
-                w = self._decode_w[decode_seqs] = self._graph_w_of(decode_seqs)
+            hit = self._decode_w.get(decode_seqs)
+            if hit is None:
+                hit = self._decode_w[decode_seqs] = self._decode_coeffs(decode_seqs)
                 if self.padded(decode_seqs) > self.decode_knots[-1]:
                     self._beyond_curve(decode_seqs)
-            mx = decode_max or decode_ctx / decode_seqs
-            return w + self._c_ctx * decode_ctx + self._c_max * mx
+            w, s = hit
+            mean = decode_ctx / decode_seqs
+            mx = decode_max or mean
+            return w + self._c_ctx * decode_ctx + self._c_max * mx + s * (mx - mean)
         if prefill_tokens + decode_seqs > self.tokens_measured or (
             not prefill_tokens and decode_seqs > self.decode_seqs_measured
         ):
@@ -634,7 +651,19 @@ class EngineStepModel:
         """A graph-replayed decode step of ``b`` sequences on a busy engine: the measured
         graph size's value (`_graph_w`) plus its KV read and longest-context terms."""
         mx = mx or ctx / b  # as `_decode_x`
-        return self._graph_w_of(b) + self._c_ctx * ctx + self._c_max * mx
+        w, s = self._decode_coeffs(b)
+        return w + self._c_ctx * ctx + self._c_max * mx + s * (mx - ctx / b)
+
+    def _decode_coeffs(self, b: int) -> tuple[float, float]:
+        """A decode batch of ``b``: its curve value (`_graph_w_of`) and the cost per token of
+        its longest context over the mean, at most ``b * a_ctx``. Why the cap: at a fixed
+        longest context the step's time moves with ``decode_ctx`` by ``a_ctx - S / b``; at the
+        cap it is flat (the step waits for its longest sequence whatever the others hold),
+        above it more keys would cost less time, which no kernel does and the latency contract
+        forbids (`simulator.latency.base`). A fit can land there by noise (H200 Llama-3-8B fp8
+        at 2 sequences: 4% over)."""
+        s = sum(c * h for c, h in zip(self._c_skew, self._skew_hat(b), strict=True))
+        return self._graph_w_of(b), min(s, b * self._c_ctx)
 
     def _graph_w_of(self, b: int) -> float:
         """`_graph_w` at the graph size a decode batch of ``b`` runs at (`padded`), computed
