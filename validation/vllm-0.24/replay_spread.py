@@ -96,6 +96,8 @@ REPEATS = (
            "serving_repeats/h200_deepseek-v2-lite_host3"),
     Repeat("h200/llama-3-8b-fp8", "two H200s", "real/h200_llama-3-8b-fp8",
            "serving_repeats/h200_llama-3-8b-fp8_host2"),
+    Repeat("h200/llama-3-8b-fp8", "two H200s (a third)", "real/h200_llama-3-8b-fp8",
+           "serving_repeats/h200_llama-3-8b-fp8_host3"),
 )  # fmt: skip
 
 
