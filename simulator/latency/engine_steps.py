@@ -534,8 +534,9 @@ class EngineStepModel:
             )
         self.c_dec, n_dec = self._fit_regime(dec, self._row_decode_x, 0)
         self._graph_w = {p: self._curve_w(p) for p in self.capture_sizes}
-        #: `_graph_w_of` per decode batch, read by `step_time` (cleared with each fit)
-        self._decode_w: dict[int, float] = {}
+        #: `_decode_coeffs` per decode batch (curve value, skew cost), read by `step_time`
+        #: (cleared with each fit)
+        self._decode_w: dict[int, tuple[float, float]] = {}
         self.c_mix, n_mix = self._fit_regime(mix, self._row_mixed_x, len(self.token_knots))
         k = len(self.decode_knots)
         self._c_ctx, self._c_max, self._c_idle = (float(c) for c in self.c_dec[k : k + 3])
@@ -745,10 +746,10 @@ class EngineStepModel:
         judged = median_of_repeats(test)
         out = error_summary(self, judged)
         out["worst_scenarios"] = worst_scenarios(self, judged)
-        out["single_intervals"] = error_summary(self, [r for r in test if _usable(r)])["all"]
+        single = [r for r in test if _usable(r)]
+        out["single_intervals"] = error_summary(self, single)["all"]
         out["repeat_spread"] = repeat_spread(test)
         out["neighbour_oracle"] = neighbour_oracle(self, judged, _abs_err_stats)
-        single = [r for r in test if _usable(r)]
         out["cross_pass_oracle"] = cross_pass_oracle(self, single, _abs_err_stats)
         pairs = self._launched_pairs(test)
         out["launched_pairs"] = _abs_err_stats([c / m - 1 for c, m in pairs])

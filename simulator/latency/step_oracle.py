@@ -50,6 +50,11 @@ def scenario_pass(scenario_id: str) -> tuple[str, int]:
     return (base, int(r)) if sep and r.isdigit() else (scenario_id, 0)
 
 
+def _near(a: float, b: float) -> bool:
+    """``a`` within `CTX_TOLERANCE` of ``b`` (exactly equal where ``b`` is 0)."""
+    return abs(a - b) <= CTX_TOLERANCE * abs(b)
+
+
 def neighbour_predictions(rows: list[dict]) -> list[tuple[dict, float]]:
     """``(row, oracle prediction)`` for every decode-only row with enough neighbours, in row
     order (see the module docstring)."""
@@ -61,11 +66,7 @@ def neighbour_predictions(rows: list[dict]) -> list[tuple[dict, float]]:
     for group in by.values():
         for r in group:
             ctx = r["decode_ctx"]
-            near = [
-                o["target"]
-                for o in group
-                if o is not r and abs(o["decode_ctx"] - ctx) <= CTX_TOLERANCE * ctx
-            ]
+            near = [o["target"] for o in group if o is not r and _near(o["decode_ctx"], ctx)]
             if len(near) >= MIN_NEIGHBOURS:
                 predicted[id(r)] = median(near)
     return [(r, predicted[id(r)]) for r in rows if id(r) in predicted]
@@ -74,16 +75,16 @@ def neighbour_predictions(rows: list[dict]) -> list[tuple[dict, float]]:
 def neighbour_oracle(model, rows: list[dict], stats) -> dict:
     """The oracle's and ``model``'s |relative error| statistics (``stats``: list of signed
     errors -> summary, its step count included) on the rows the oracle predicts."""
-    pairs = neighbour_predictions(rows)
+    return _beside_model(model, neighbour_predictions(rows), stats)
+
+
+def _beside_model(model, pairs: list[tuple[dict, float]], stats) -> dict:
+    """An oracle's ``(row, prediction)`` pairs as ``stats`` of its errors and of ``model``'s on
+    the same rows."""
     return {
         "oracle": stats([p / r["target"] - 1 for r, p in pairs]),
         "model": stats([model.predict_row(r) / r["target"] - 1 for r, _ in pairs]),
     }
-
-
-def _near(a: float, b: float) -> bool:
-    """``a`` within `CTX_TOLERANCE` of ``b`` (exactly equal where ``b`` is 0)."""
-    return abs(a - b) <= CTX_TOLERANCE * abs(b)
 
 
 def cross_pass_predictions(rows: list[dict]) -> list[tuple[dict, float]]:
@@ -112,9 +113,4 @@ def cross_pass_predictions(rows: list[dict]) -> list[tuple[dict, float]]:
 def cross_pass_oracle(model, rows: list[dict], stats) -> dict:
     """The cross-pass oracle's and ``model``'s |relative error| statistics on the rows the
     oracle predicts (``stats`` as `neighbour_oracle`'s), and how many rows it was given."""
-    pairs = cross_pass_predictions(rows)
-    return {
-        "given": len(rows),
-        "oracle": stats([p / r["target"] - 1 for r, p in pairs]),
-        "model": stats([model.predict_row(r) / r["target"] - 1 for r, _ in pairs]),
-    }
+    return {"given": len(rows), **_beside_model(model, cross_pass_predictions(rows), stats)}
