@@ -340,11 +340,14 @@ def test_a_decode_batch_above_the_curves_last_knot_is_said_once(tmp_path):
     m = EngineStepModel(_table(tmp_path, n=800, batches=(1, 8, 64, 128, 256)), "toy", 1)
     assert m.decode_knots[-1] == 256 and m.decode_top == 512
     m.step_time(0, 0, 0, 256, 256_000, 1000)
-    assert not m.warnings
-    with pytest.warns(RuntimeWarning, match=r"beyond the decode curve's last measured size \(256"):
+    assert not m.describe()["warnings"]
+    with pytest.warns(RuntimeWarning, match=r"batch of 384 sequences is beyond the decode curve's"):
         m.step_time(0, 0, 0, 384, 384_000, 1000)
     m.step_time(0, 0, 0, 512, 512_000, 1000)
-    assert len(m.warnings) == 1
+    m.step_time(0, 0, 0, 400, 400_000, 1000)
+    # said once, with the largest batch the run reached (not the first): `BeyondTable`
+    (said,) = m.describe()["warnings"]
+    assert "batch of 512 sequences is beyond the decode curve's last measured size (256" in said
 
 
 def _rows_staircase(r):

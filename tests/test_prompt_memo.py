@@ -45,7 +45,7 @@ def test_prompt_memo_equals_computed_time_and_warnings(table):
                 plain, tokens, attn, seqs
             )
     assert memo._prompt_steps  # the memo was used
-    assert memo.warnings == plain.warnings
+    assert memo.describe()["warnings"] == plain.describe()["warnings"]
 
 
 def test_prompt_memo_is_bounded_and_cleared_by_fit(monkeypatch):

@@ -70,7 +70,6 @@ from __future__ import annotations
 
 import bisect
 import math
-import warnings
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,6 +82,7 @@ from simulator.energy import table_energy
 from simulator.errors import ConfigError
 from simulator.files import csv_records, load_yaml_file, read_text
 from simulator.latency.base import LAUNCHED_STEP_KEEPS, STEP_FEATURES, after_launch_wait
+from simulator.latency.beyond import BeyondTable
 from simulator.latency.clock_dip import ClockDip, fit_clock_dip, row_factors
 from simulator.latency.meta_keys import TABLE_META, check_meta_keys
 from simulator.latency.step_oracle import cross_pass_oracle, neighbour_oracle
@@ -204,13 +204,14 @@ class EngineStepModel:
         weights = (self.meta.get("precision") or {}).get("weights", "bf16")
         self.rows_staircase = weights in QUANTIZED_WEIGHTS
         #: the largest decode-only batch and step (tokens) the table measured: a run's step
-        #: beyond either is extrapolated, and the run says so (`warnings`, once per kind)
+        #: beyond either is extrapolated, and the run says so (`beyond`: the largest, per kind)
         self.decode_seqs_measured = max(
             (r["decode_seqs"] for r in self.rows if r["prefill_tokens"] == 0), default=0
         )
         self.tokens_measured = max(r["prefill_tokens"] + r["decode_seqs"] for r in self.rows)
+        #: what the table itself says (e.g. `select`'s routing warning); a run's
+        #: extrapolations are in `beyond`
         self.warnings: list[str] = []
-        self._warned: set[str] = set()
         #: for a mixture of experts, its decode steps against the uniform-routing bound
         #: (`simulator.latency.routing_check`; set by `select`), else None
         self.routing: dict | None = None
@@ -230,6 +231,7 @@ class EngineStepModel:
         gpu_dir = self.meta["gpu"]["key"]
         # the folder names the model, its precision and TP (``llama-3-8b_fp8_tp1``)
         self.name = f"engine:{engine['name']}-{engine['version']}/{gpu_dir}/{self.dir.name}"
+        self.beyond = BeyondTable(f"{self.name}: ", "; extrapolated")
         #: the steps' energy (`simulator.energy`), or None and why not (a TDP estimate then)
         self.energy, self.energy_note = table_energy(self.dir, self.meta, self.name, tp)
         # first without launched pairs; then the pairs behind decode steps as the fit says
@@ -688,42 +690,31 @@ class EngineStepModel:
         return float(np.dot(hat(p, knots), c))
 
     def _beyond_table(self, prefill_tokens: int, decode_seqs: int) -> None:
-        """Say once per kind that a step lies beyond what the table measured (a decode-only
-        batch above its largest, or more tokens than its largest step): its time is the fitted
-        curve's extrapolation, which the held-out error does not cover."""
-        key = "tokens" if prefill_tokens else "decode"
-        if key in self._warned:
-            return
+        """Note a step beyond what the table measured (a decode-only batch above its largest,
+        or more tokens than its largest step): its time is the fitted curve's extrapolation,
+        which the held-out error does not cover (`BeyondTable`: the run records the largest)."""
         if prefill_tokens:
-            kind = f"a step of {prefill_tokens + decode_seqs} tokens (largest measured: "
-            kind += f"{self.tokens_measured})"
+            self.beyond.note(
+                "tokens", "a step of {} tokens (largest measured: {}) is beyond the table",
+                prefill_tokens + decode_seqs, self.tokens_measured, stacklevel=3,
+            )  # fmt: skip
         else:
-            kind = f"a decode-only batch of {decode_seqs} sequences (largest measured: "
-            kind += f"{self.decode_seqs_measured})"
-        self._warn_once(key, f"{self.name}: {kind} is beyond the table; extrapolated")
+            self.beyond.note(
+                "decode", "a decode-only batch of {} sequences (largest measured: {}) is beyond "
+                "the table", decode_seqs, self.decode_seqs_measured, stacklevel=3,
+            )  # fmt: skip
 
     def _beyond_curve(self, decode_seqs: int) -> None:
-        """Say once that a decode-only batch lies above the decode curve's last knot but within
-        `decode_top` (the largest CUDA graph, or the widest eager batch measured): graph sizes
-        above the widest measured batch, or eager batches too few steps made a knot of. The
-        curve there extends its last segment (`_curve_w`), which the held-out error does not
-        cover."""
-        self._warn_once(
+        """Note a decode-only batch above the decode curve's last knot but within `decode_top`
+        (the largest CUDA graph, or the widest eager batch measured): graph sizes above the
+        widest measured batch, or eager batches too few steps made a knot of. The curve there
+        extends its last segment (`_curve_w`), which the held-out error does not cover."""
+        self.beyond.note(
             "decode_curve",
-            f"{self.name}: a decode-only batch of {decode_seqs} sequences is beyond the decode "
-            f"curve's last measured size ({self.decode_knots[-1]}; widest decode-only batch "
-            f"measured: {self.decode_seqs_measured}); extrapolated",
-        )
-
-    def _warn_once(self, key: str, text: str) -> None:
-        """Record ``text`` in the run's warnings and warn, the first time ``key`` is seen (a
-        caller on every step, `_beyond_table`, checks `_warned` first so as to build ``text``
-        only then); ``stacklevel`` points at `step_time`'s caller."""
-        if key in self._warned:
-            return
-        self._warned.add(key)
-        self.warnings.append(text)
-        warnings.warn(text, RuntimeWarning, stacklevel=4)
+            "a decode-only batch of {} sequences is beyond the decode curve's last measured size "
+            "({}; widest decode-only batch measured: {})",
+            decode_seqs, self.decode_knots[-1], self.decode_seqs_measured, stacklevel=3,
+        )  # fmt: skip
 
     def _own(self, r: dict) -> float:
         """The step's time from its regime's coefficients (its idle start included): what
@@ -785,7 +776,7 @@ class EngineStepModel:
             "frontend": self.meta.get("frontend") or "not measured",
             "clock_dip": self.clock_dip.describe() if self.clock_dip else "none fitted",
             **({"routing_check": self.routing} if self.routing is not None else {}),
-            "warnings": list(self.warnings),
+            "warnings": self.warnings + self.beyond.texts(),
         }
 
 

@@ -65,12 +65,12 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from bisect import bisect_left
 
 from simulator.errors import ConfigError
 from simulator.latency import op_grids
 from simulator.latency.base import decode_run_times
+from simulator.latency.beyond import BeyondTable
 from simulator.latency.calibrate import STEP_STAT, WALL_PREFIX, calibrate, row_parts
 from simulator.latency.heldout import heldout_report
 from simulator.latency.interp import locate
@@ -100,8 +100,9 @@ class ProfileLatencyModel:
         self.tp = int(tp)
         self.layers = int(model_spec.num_layers)
         self.name = f"profile:{table.label}"
+        #: what the table itself says (`_warn_static`); a run's extrapolations are in `beyond`
         self.warnings: list[str] = []
-        self._warned: set[str] = set()
+        self.beyond = BeyondTable(f"{self.name}: ", "; extrapolating linearly")
         self._fixed_cache: dict[tuple[int, bool], tuple] = {}
         self._decode_steps: dict[int, object] = {}  # `_decode_step` per batch size
         self._chunk_shapes: dict[tuple, tuple] = {}
@@ -160,18 +161,13 @@ class ProfileLatencyModel:
         if msg not in self.warnings:
             self.warnings.append(msg)
 
-    def _warn_once(self, kind: str, msg: str) -> None:
-        """Say once per kind that a run's step lies beyond the grid (extrapolated). While the
+    def _beyond(self, kind: str, template: str, *values) -> None:
+        """A run's step lies beyond the grid (extrapolated): `BeyondTable.note`. While the
         model calibrates, only collect the kind: the table's own steps are not the run's."""
         if self._fitting is not None:
             self._fitting.add(kind)
             return
-        if kind in self._warned:
-            return
-        self._warned.add(kind)
-        text = f"{self.name}: {msg}; extrapolating linearly"
-        self.warnings.append(text)
-        warnings.warn(text, RuntimeWarning, stacklevel=3)
+        self.beyond.note(kind, template, *values, stacklevel=3)
 
     # ---- the op sum (no calibration) --------------------------------------------------------
 
@@ -187,7 +183,7 @@ class ProfileLatencyModel:
         xs = self._tok
         i, w, out = locate(xs, t)
         if out:
-            self._warn_once("tokens", f"{t:.0f} tokens per step is beyond the grid ({xs[-1]:.0f})")
+            self._beyond("tokens", "{:.0f} tokens per step is beyond the grid ({:.0f})", t, xs[-1])
         lin = self._lin
         return lin[i] + (lin[i + 1] - lin[i]) * w
 
@@ -232,9 +228,9 @@ class ProfileLatencyModel:
         return r
 
     def _check_decode_grid(self, b: float, k: float) -> None:
-        """Say once when a decode batch lies beyond the table's grid (it is extrapolated)."""
+        """Note a decode batch beyond the table's grid (it is extrapolated)."""
         if k > self._dec_kmax_all or b > self._dec_b[-1]:
-            self._warn_once("decode", f"decode batch {b:.0f} / total context {k:.0f} beyond grid")
+            self._beyond("decode", "decode batch {:.0f} / total context {:.0f} beyond grid", b, k)
 
     def _prefill_time(self, s: float, tokens: float, attn: float) -> float:
         """One layer's causal attention over s prompt chunks (tokens, attn pairs in total).
@@ -255,12 +251,12 @@ class ProfileLatencyModel:
         scale, cc, c0, c1, rows, e = shape
         cs = self._pre_c
         if c > cs[-1]:
-            self._warn_once("chunk", f"prefill chunk {c:.0f} beyond the grid ({cs[-1]:.0f})")
+            self._beyond("chunk", "prefill chunk {:.0f} beyond the grid ({:.0f})", c, cs[-1])
             scale *= (c / cs[-1]) * (ctx + c / 2) / (ctx + cs[-1] / 2)
         bs = self._pre_b
         m, wb, outb = locate(bs, ctx)
         if outb:
-            self._warn_once("context", f"prefill context {ctx:.0f} beyond the grid ({bs[-1]:.0f})")
+            self._beyond("context", "prefill context {:.0f} beyond the grid ({:.0f})", ctx, bs[-1])
         # where c lies between grid chunks c0 < c1, per grid row: wave-aware. A wave lasts
         # about as long as its longest key range (ctx + c), so the coordinate is
         # waves(s, c) * (ctx + c): a 700-token chunk (6 tiles of 128 per head, 2 waves at 32
@@ -584,9 +580,9 @@ class ProfileLatencyModel:
         composition seen before (a lone prompt's attention pairs follow from its length): 77%
         of a 100k-request continuous run's prompt steps hit. Same floats as the computation
         (a pure function of the key once calibrated; `fit` clears the memo, and nothing is
-        kept while it calibrates), and the same warnings (they are said once per kind, on the
-        first step of that kind, which is computed). Cleared when it reaches `PROMPT_MEMO`
-        entries, so memory stays bounded on long runs."""
+        kept while it calibrates), and the same record of extrapolated steps (`BeyondTable`
+        keeps each kind's largest values, which a repeated composition does not change).
+        Cleared when it reaches `PROMPT_MEMO` entries, so memory stays bounded on long runs."""
         key = (tokens, attn, seqs)
         memo = self._prompt_steps
         t = memo.get(key)
@@ -652,7 +648,7 @@ class ProfileLatencyModel:
             "allreduce": self.allreduce_source,
             "fit": self.fit_info,
             "heldout": self.heldout,
-            "warnings": list(self.warnings),
+            "warnings": self.warnings + self.beyond.texts(),
         }
 
 
