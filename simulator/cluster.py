@@ -45,6 +45,8 @@ class Cluster:
         self.log = RequestLog(len(self.specs))
         #: arrival time of the next request not yet arrived (replicas bound decode runs by it)
         self.next_arrival_s = float(self.specs.arrival_s[0]) if len(self.specs) else math.inf
+        #: where the run will stop (`start`; None: when the events run out)
+        self.until: float | None = None
 
     @property
     def num_arrived(self) -> int:
@@ -89,18 +91,21 @@ class Cluster:
             and all(r.on_finish is None and r.on_prefilled is None for r in self.replicas)
         )
 
-    def start(self, hand_over: bool = False) -> None:
+    def start(self, hand_over: bool = False, until: float | None = None) -> None:
         """Start the arrivals: one SimPy process that hands each request to its replica at its
         time, or (``hand_over``, only where `can_hand_over`) each replica takes its own
         arrivals when its process next runs (`OwnArrivals`), and one event at the last
-        arrival's time does what the process does after the last arrival (`_finale`)."""
+        arrival's time does what the process does after the last arrival (`_finale`).
+        ``until``: the run's end (None: none), which replicas taking their own arrivals must
+        not run ahead past (`Replica.take_arrivals`)."""
+        self.until = until
         if not hand_over:
             self.env.process(self._arrivals())
             return
         event_s = arrival_event_times(self.specs.arrival_s)
         n, stride = len(event_s), len(self.replicas)
         for position, replica in enumerate(self.replicas):
-            replica.take_arrivals(OwnArrivals(self, event_s, position, stride))
+            replica.take_arrivals(OwnArrivals(self, event_s, position, stride), until)
         self.next_arrival_s = math.inf  # read only by routers other than round robin
         last = event_s.item(n - 1)
         if self.env.now != 0:
@@ -120,7 +125,10 @@ class Cluster:
 
     def take_late_arrivals(self, until: float) -> None:
         """After a run stopped at ``until`` with arrivals handed over: the arrivals before it
-        that a replica busy past it has not taken, as `_arrivals` would have given them."""
+        that a replica busy past it has not taken, as `_arrivals` would have given them.
+        ``until`` must be the one `start` was given (the replicas ran ahead up to it)."""
+        if until != self.until:
+            raise ValueError(f"the run stopped at {until}, but start() was told {self.until}")
         for replica in self.replicas:
             replica.take_arrivals_before(until)
 

@@ -71,6 +71,9 @@ class SimulatedExecutor:
         #: replica's heat, or None for a model without a dip
         dip = getattr(latency, "clock_dip", None)
         self.clock = ClockState(dip) if dip is not None else None
+        #: `execute` reads the replica's SimPy clock as the step's start (the dip's heat):
+        #: such a replica keeps to SimPy's clock (`Replica.take_arrivals`: running ahead)
+        self.reads_env_clock = self.clock is not None
         if self.clock is not None:
             self._steady_run_times = self.decode_run_times
             self.decode_run_times = self._dipped_run_times

@@ -38,6 +38,11 @@ from simulator.request import FINISHED, RUNNING, TRANSFERRING, WAITING, Request,
 from simulator.steplog import CHUNK, GAP_CHUNK, StepLog, TokenGaps
 
 _MAX_RUN = 512  # longest precomputed decode run (bounds wasted work when a run is cut)
+#: simulated seconds a replica that takes its own arrivals may run ahead of SimPy's clock
+#: (`take_arrivals`): long enough that a cluster's replicas run in stretches of thousands of
+#: steps (1 s stretches lost most of the gain at 64 replicas: benchmarks/RESULTS.md), short
+#: enough that the clock a progress report reads keeps moving
+AHEAD_S = 30.0
 
 
 class Replica:
@@ -116,6 +121,8 @@ class Replica:
         self._arrived_s = -math.inf
         #: the arrivals this replica takes itself (`take_arrivals`; None: they are handed over)
         self._own = None
+        #: no wait landing before it is made (`take_arrivals`: running ahead); -inf: none
+        self._ahead_limit = -math.inf
         self._proc = env.process(self._loop())
 
     # -- what policies call ---------------------------------------------------------------------
@@ -206,7 +213,7 @@ class Replica:
         return i
 
     # -- arrivals taken by the replica itself (round robin: `Cluster.start` with hand_over) --
-    def take_arrivals(self, own) -> None:
+    def take_arrivals(self, own, until: float | None = None) -> None:
         """From now on this replica takes its arrivals itself, from ``own`` (`OwnArrivals`):
         each when its process next runs, as `add_request` at the arrival's own clock would
         have (`_arrive`), so no SimPy event is needed per request.
@@ -220,9 +227,32 @@ class Replica:
         replica's own event (a step's end, a policy's wake time, the last arrival's
         `Cluster._finale`) falls at exactly one of its arrivals' clocks, or an arrival falls
         before a decode run's last step (`add_request` would cut the run), `ArrivalTie` is
-        raised and the run starts over with one event per arrival (`runner.simulate`)."""
+        raised and the run starts over with one event per arrival (`runner.simulate`).
+
+        Running ahead: the same reasoning lets the replica skip SimPy's clock. Since nothing
+        outside reads or changes it before the last arrival's `Cluster._finale` (or the run's
+        ``until``), a wait that would land before that is not made: the loop keeps its own
+        clock (the float SimPy's timeout would have landed on), takes the arrivals before it
+        and goes on; SimPy's clock is brought to it (`delays_to`, exactly) before a wait that
+        lands at or after that time, and before an idle wait on a wake-up. So the state the
+        finale (or the run's end) finds, and every output, are the same; what changes is that
+        a replica's stretch of steps runs without a SimPy event each, and the replicas of a
+        cluster run one stretch after another instead of a step at a time (their data stay
+        in cache). A stretch ends at most `AHEAD_S` of simulated time after the last real
+        wait, so a progress report still sees the clock move. Not where the executor reads
+        SimPy's clock as the step's start (`SimulatedExecutor.reads_env_clock`: the clock
+        dip)."""
         self._own = own
         self.next_external_s = own.horizon
+        if not getattr(self.executor, "reads_env_clock", True):
+            self._ahead_limit = min(own.last_s, math.inf if until is None else until)
+            self.steps.pack_alone()  # its rows come in stretches, not interleaved
+
+    def _ahead_bound(self, now: float) -> float:
+        """The clock before which waits are skipped, after a real wait that ended at ``now``
+        (-inf: none is; see `take_arrivals`)."""
+        limit = self._ahead_limit
+        return limit if limit <= now + AHEAD_S else now + AHEAD_S
 
     def _take_arrivals(self, now: float) -> None:
         """After a wait that ended at ``now``: take the arrivals before it; one at ``now`` ties."""
@@ -315,36 +345,65 @@ class Replica:
         itl, pending_gaps = self.itl, self.itl.gaps
         schedule = self.policy.schedule
         own = self._own  # (an arrival at the start: the first `schedule` sees none either way)
+        # this replica's clock: SimPy's, or ahead of it where a wait that lands before
+        # ``ahead`` is skipped (see `take_arrivals`; -inf: never)
+        now, ahead = env.now, self._ahead_bound(env.now)
         while True:
             if len(pending_steps) >= chunk:
                 self.steps.pack()
             if len(pending_gaps) >= GAP_CHUNK:
                 itl.pack()
-            start = env.now  # `schedule` plans; it never lets time pass
+            start = now  # `schedule` plans; it never lets time pass
             plan: StepPlan = schedule(self, start)
             if not plan.chunks and not plan.decode:  # plan.is_idle, without the call
+                if plan.wake_at is None and own is not None and own.next_s < ahead:
+                    now = own.next_s  # `_idle_own`'s wait for the next arrival, skipped
+                    self._take_arrivals_at(now)
+                    continue
+                if env.now != now:  # SimPy's clock to this replica's first
+                    for delay in delays_to(env.now, now):
+                        yield timeout(delay)
                 yield from self._idle(plan)
+                now, ahead = env.now, self._ahead_bound(env.now)
                 continue
             if plan.chunks or not self.coalesce or not plan.decode or plan.extra_s:
                 feats = self._features(plan)
                 dt = self.executor.execute(plan, self, feats)
-                yield timeout(dt)
+                now = start + dt  # where SimPy's timeout(dt) from ``start`` lands
+                if now >= ahead:
+                    if env.now == start:
+                        yield timeout(dt)
+                    else:
+                        for delay in delays_to(env.now, now):
+                            yield timeout(delay)
+                    if own is not None:
+                        ahead = self._ahead_bound(now)
                 if own is not None:
-                    self._take_arrivals(env.now)
+                    self._take_arrivals(now)
                 self._commit(plan, start, dt, feats)
                 continue
             self._plan_decode_run(start, plan.wake_at)
-            now = start
-            while True:
-                try:
-                    run = self._run
-                    yield timeout(run[-1][0] + run[-1][1] - now)
-                    break
-                except simpy.Interrupt:
+            run = self._run
+            now = start + (run[-1][0] + run[-1][1] - start)  # as below, when not cut
+            if now >= ahead:
+                if env.now != start:  # ahead: nobody cuts the run (`take_arrivals`)
+                    for delay in delays_to(env.now, now):
+                        yield timeout(delay)
+                else:
+                    t = start
+                    while True:
+                        try:
+                            run = self._run
+                            yield timeout(run[-1][0] + run[-1][1] - t)
+                            break
+                        except simpy.Interrupt:
+                            t = env.now
+                            continue  # the run was cut; wait for its new end
                     now = env.now
-                    continue  # the run was cut; wait for its new end
+                if own is not None:
+                    ahead = self._ahead_bound(now)
             if own is not None:
-                self._take_arrivals(env.now)
+                self._take_arrivals(now)
             self._commit_decodes(len(self._run))  # the rest has ended (up to float rounding)
             self._run = None
 
@@ -388,9 +447,14 @@ class Replica:
             env.timeout(wake_at - env.now)
         for delay in delays_to(env.now, e):
             yield env.timeout(delay)
-        now = env.now  # == e; SimPy's own clock object, as `add_request` reads it
-        while own.next_s <= now:  # the arrivals at ``e``, which woke it (`_finale` may have
-            if own.done:  # taken them and left its mark)
+        self._take_arrivals_at(env.now)  # == e; SimPy's own clock object
+
+    def _take_arrivals_at(self, now: float) -> None:
+        """The arrivals at clock ``now``, which woke the idle loop (`_finale` may have taken
+        them and left its mark)."""
+        own = self._own
+        while own.next_s <= now:
+            if own.done:
                 own.next_s = math.inf
                 return
             self._arrive(own.pop(), now)

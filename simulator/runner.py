@@ -320,7 +320,7 @@ def simulate(built: Built, executor_factory=None, progress=None, hand_over=True)
     ``executor_factory(latency, replica_index) -> StepExecutor`` (default: SimulatedExecutor of
     the built latency model) lets the same run execute its steps elsewhere, e.g. on a real GPU
     (profiles/real_executor.py); policies, arrivals and metrics are unchanged.
-    ``progress(now_s, requests)`` is called every few thousand events (a terminal's progress
+    ``progress(now_s, requests)`` is called every few dozen events (a terminal's progress
     line); it only reads, so results are the same with or without it.
     ``hand_over=False``: one SimPy event per arrival even where replicas could take their own
     (`Cluster.can_hand_over`); the results are the same either way (tests compare them).
@@ -378,7 +378,7 @@ def _run_events(built: Built, executor_factory, progress, hand_over: bool):
         )  # fmt: skip
         replicas = built.make_replicas(env, cluster, executor_factory)
         hand_over = hand_over and executor_factory is None and cluster.can_hand_over()
-        cluster.start(hand_over)
+        cluster.start(hand_over, built.horizon_s)
         try:
             _run_loop(env, cluster, built.horizon_s, progress)
             if hand_over and built.horizon_s is not None:
@@ -408,7 +408,7 @@ def gpu_record(gpu: GPUSpec) -> dict:
     return rec
 
 
-def _run_reporting(env: simpy.Environment, until: float | None, report, every: int = 4096):
+def _run_reporting(env: simpy.Environment, until: float | None, report, every: int = 64):
     """``env.run(until)`` step by step, calling ``report()`` every ``every`` events.
 
     Why not ``env.run`` in slices: a slice boundary adds an event and moves ``env.now`` to it

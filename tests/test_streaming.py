@@ -97,6 +97,47 @@ def test_step_log_and_arrays_equal_the_tuple_list():
     assert all(len(r.steps) == 0 for r in reps)
 
 
+def test_rows_packed_as_fromiter_packs_them():
+    """`steplog.float64_rows` stores bit for bit what ``np.fromiter`` of the values stored,
+    on its fast path (floats in `FLOAT_COLUMNS`, ints elsewhere: ints past 2**53 and at
+    int64's ends, bools, numpy ints, and ints in the float columns; signed zeros, infinities,
+    NaN and subnormals there) and on rows it hands to ``fromiter`` (a float or a numpy float
+    in an int column, an int past int64)."""
+    from itertools import chain
+
+    from simulator.steplog import FLOAT_COLUMNS, WIDTH, float64_rows
+
+    ints = [0, 1, -1, 2**53 + 1, 2**63 - 1, -(2**63), True, False, np.int64(-7),
+            12345678901234567]  # fmt: skip
+    floats = [0.0, -0.0, float("inf"), -float("inf"), float("nan"), 5e-324, 1e300, 3,
+              2**53 + 1, np.float64(1.5)]  # fmt: skip
+    odd = [2.0, -0.0, np.float64(3.0), 2**63, 2**70]  # refused by the fast path's int columns
+    rng = np.random.default_rng(5)
+
+    def pick(pool, scale):
+        u = rng.random()
+        return pool[int(rng.integers(len(pool)))] if u < 0.3 else scale(u)
+
+    for n, spoil in ((0, False), (1, False), (17, False), (300, False), (1, True), (300, True)):
+        rows = [
+            tuple(
+                pick(floats, lambda u: u * 1e6) if j in FLOAT_COLUMNS
+                else pick(ints, lambda u: int(u * 1e12))
+                for j in range(WIDTH)
+            )
+            for _ in range(n)
+        ]  # fmt: skip
+        if spoil:  # one row the fast path refuses, the last so that every other row packs
+            j = next(j for j in range(WIDTH) if j not in FLOAT_COLUMNS)
+            row = list(rows[-1])
+            row[j] = odd[n % len(odd)]
+            rows[-1] = tuple(row)
+        packed = float64_rows([rows[:5], [], rows[5:]], n)
+        want = np.fromiter(chain.from_iterable(rows), dtype=float, count=n * WIDTH)
+        assert packed.shape == (n, WIDTH)
+        assert packed.tobytes() == want.tobytes()
+
+
 def _run_cluster(config_overrides, until=None):
     """Run the policy kit's cluster on a small mixed workload; return (cluster, replicas)."""
     import simpy
