@@ -205,6 +205,7 @@ class KVTransfer:
             req.status = Status.REJECTED
             req.reject_reason = f"decode pool: needs {need} KV blocks > {drep.kv.num_blocks}"
             req.finish_s = self.env.now
+            prep.num_rejected += 1
             return
         self.queues[j].append((req, held, prep, self.env.now))
         self._pump(j)

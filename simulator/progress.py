@@ -12,10 +12,6 @@ import os
 import sys
 import time
 
-from simulator.request import Status
-
-DONE = (Status.FINISHED, Status.REJECTED)
-
 
 def wanted(quiet: bool, stream=None) -> bool:
     """Progress is for a person at a terminal: not with --quiet, not in CI, not into a pipe."""
@@ -35,12 +31,12 @@ class RunProgress:
         self.t0 = self.last = time.perf_counter()
         self.shown = False
 
-    def __call__(self, now_s: float, requests: list) -> None:
+    def __call__(self, now_s: float, done: int) -> None:
+        """``done``: requests finished or rejected so far (`runner.simulate`'s count)."""
         t = time.perf_counter()
         if t - self.last < self.every_s:
             return
         self.last = t
-        done = sum(1 for r in requests if r.status in DONE)
         wall = t - self.t0
         rate = done / wall if wall > 0 else 0.0
         line = (f"sim {now_s:,.1f} s | {done:,}/{self.total:,} requests done | {rate:,.0f} "

@@ -103,6 +103,8 @@ class Replica:
         self.arrivals_done = False
         self.num_preemptions = 0
         self.num_finished = 0
+        #: requests refused for good (`reject`, or P/D's decode pool at hand-off)
+        self.num_rejected = 0
         self.busy_s = 0.0
         # one row per step: start, duration, prefill_tokens, prefill_attn, prefill_seqs,
         # decode_seqs, decode_ctx, kv_blocks_used, num_waiting, num_running, kv_tokens
@@ -161,6 +163,7 @@ class Replica:
         req.status = Status.REJECTED
         req.reject_reason = reason
         req.finish_s = now
+        self.num_rejected += 1
 
     # -- what the outside world calls -----------------------------------------------------------
     def add_request(self, req: Request) -> None:

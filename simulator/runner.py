@@ -320,8 +320,9 @@ def simulate(built: Built, executor_factory=None, progress=None, hand_over=True)
     ``executor_factory(latency, replica_index) -> StepExecutor`` (default: SimulatedExecutor of
     the built latency model) lets the same run execute its steps elsewhere, e.g. on a real GPU
     (profiles/real_executor.py); policies, arrivals and metrics are unchanged.
-    ``progress(now_s, requests)`` is called every few dozen events (a terminal's progress
-    line); it only reads, so results are the same with or without it.
+    ``progress(now_s, done)`` is called every few dozen events with the clock and the number of
+    requests finished or rejected so far (a terminal's progress line); it only reads, so results
+    are the same with or without it.
     ``hand_over=False``: one SimPy event per arrival even where replicas could take their own
     (`Cluster.can_hand_over`); the results are the same either way (tests compare them).
     """
@@ -380,7 +381,7 @@ def _run_events(built: Built, executor_factory, progress, hand_over: bool):
         hand_over = hand_over and executor_factory is None and cluster.can_hand_over()
         cluster.start(hand_over, built.horizon_s)
         try:
-            _run_loop(env, cluster, built.horizon_s, progress)
+            _run_loop(env, replicas, built.horizon_s, progress)
             if hand_over and built.horizon_s is not None:
                 cluster.take_late_arrivals(built.horizon_s)
         except ArrivalTie:
@@ -389,13 +390,15 @@ def _run_events(built: Built, executor_factory, progress, hand_over: bool):
         return env, cluster, replicas
 
 
-def _run_loop(env: simpy.Environment, cluster: Cluster, until: float | None, progress) -> None:
-    """SimPy's event loop to ``until`` (None: to the end), reporting progress if asked."""
+def _run_loop(env: simpy.Environment, replicas: list, until: float | None, progress) -> None:
+    """SimPy's event loop to ``until`` (None: to the end), reporting progress if asked: the
+    clock and how many requests the replicas have finished or rejected so far."""
     with fewer_collections():
         if progress is None:
             env.run(until=until)
         else:
-            _run_reporting(env, until, lambda: progress(env.now, cluster.requests))
+            done = lambda: sum(r.num_finished + r.num_rejected for r in replicas)  # noqa: E731
+            _run_reporting(env, until, lambda: progress(env.now, done()))
 
 
 def gpu_record(gpu: GPUSpec) -> dict:

@@ -154,8 +154,32 @@ def test_progress_reports_and_changes_nothing(tmp_path, horizon):
     shown = simulate(built, progress=bar)
     bar.close()
     assert "requests done" in stream.getvalue() and "simulated requests/s" in stream.getvalue()
+    # the last line counts what the run finished or rejected (it said 0 while the cluster kept
+    # no `Request` objects, which runs have not since the request log)
+    last = stream.getvalue().split("\r")[-1]
+    r = shown.summary["requests"]
+    assert f"| {r['completed'] + r['rejected']:,}/300 requests done |" in last
+    assert r["completed"] > 0 and " 0 simulated requests/s" not in last
     assert json.dumps(plain.summary, default=str) == json.dumps(shown.summary, default=str)
     assert plain.steps["start_s"].tolist() == shown.steps["start_s"].tolist()
+
+
+def test_progress_counts_the_requests_a_decode_pool_rejects():
+    """P/D: a request the decode pool can never hold is rejected at hand-off (by `disagg`, not
+    by a replica's policy); the progress line counts it as done."""
+    from tests.policy_kit import config
+
+    cfg = config(
+        n=40, rate=4.0, kv_cache={"on_oversize": "reject"},
+        cluster={"mode": "disaggregated", "prefill": {"replicas": 1}, "link": "nvlink",
+                 "decode": {"replicas": 1, "kv_cache": {"num_blocks": 40}}},
+    )  # fmt: skip
+    stream = _Terminal()
+    bar = RunProgress(40, stream=stream, every_s=0.0)
+    r = simulate(build(cfg, "t.yaml", "."), progress=bar).summary["requests"]
+    assert r["rejected"] == r["arrived"] > 0 and not r["completed"]
+    assert all(k.startswith("decode pool") for k in r["reject_reasons"])
+    assert f"| {r['rejected']}/40 requests done |" in stream.getvalue().split("\r")[-1]
 
 
 def test_run_prints_no_progress_into_a_pipe(tmp_path, monkeypatch):
