@@ -233,6 +233,28 @@ def test_simulate_with_wake_times(policy):
     _same_results(simulate(built), simulate(built, hand_over=False))
 
 
+def test_the_record_of_extrapolated_steps_does_not_depend_on_the_replicas_order():
+    """Three replicas running ahead compute their steps in another order than one event per
+    arrival does; the latency model's record of steps beyond its grid (prompt steps of up to
+    65,535 tokens against a grid of 16,384) is the same (`BeyondTable`: the largest, per kind)."""
+    cfg = config(
+        rate=600.0, n=600, latency={"model": "auto"}, model="llama-3-8b",
+        hardware={"gpu": "h200", "tp": 1},
+        workload={"trace": {"path": AZURE}, "arrival": {"process": "poisson", "rate_per_s": 600.0},
+                  "num_requests": 600, "limits": {"max_total_tokens": 8192}},
+        scheduler={"policy": "continuous", "max_num_seqs": 1024, "max_num_batched_tokens": 65536},
+        cluster={"replicas": 3, "router": {"name": "round_robin"}},
+    )  # fmt: skip
+    with pytest.warns(RuntimeWarning, match="beyond the grid"):
+        a = simulate(build(cfg, str(REPO / "t.yaml"), REPO))
+    with pytest.warns(RuntimeWarning, match="beyond the grid"):
+        b = simulate(build(cfg, str(REPO / "t.yaml"), REPO), hand_over=False)
+    said = a.summary["latency_model"]["warnings"]
+    assert any("tokens per step is beyond the grid (16384)" in w for w in said)
+    assert said == b.summary["latency_model"]["warnings"]
+    _same_results(a, b)
+
+
 @pytest.mark.parametrize("horizon", [2.0, 4.3])
 def test_simulate_stopped_at_a_horizon(horizon):
     """`runner.simulate` with ``sim.horizon_s``: requests in flight and not yet arrived alike."""
