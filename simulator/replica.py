@@ -46,6 +46,17 @@ AHEAD_S = 30.0
 
 
 class Replica:
+    #: Why slots: CPython 3.11 keeps an instance's attributes in a key table shared by the class
+    #: only up to 30 of them; past that, every ``self.x`` on the hot paths takes the generic
+    #: lookup (a 31st attribute cost P/D runs ~5% more instructions). Slots are read by index.
+    __slots__ = (
+        "env", "index", "policy", "kv", "_extend_group", "executor", "coalesce",
+        "_decode_run_times", "next_external_s", "_defer_ok", "_past_finish", "on_finish",
+        "on_prefilled", "waiting", "running", "_reads", "decoding", "arrivals_done",
+        "num_preemptions", "num_finished", "num_rejected", "busy_s", "steps", "itl", "_wake",
+        "_run", "_run_next", "_arrived_s", "_own", "_ahead_limit", "_proc",
+    )  # fmt: skip
+
     def __init__(
         self,
         env: simpy.Environment,
