@@ -59,7 +59,7 @@ from simulator.engine import MAX_REPLICAS
 from simulator.executor import SimulatedExecutor
 from simulator.hardware import LinkSpec, load_link
 from simulator.replica import Replica
-from simulator.request import Request, Status
+from simulator.request import Request
 from simulator.served import ShardedModel
 from simulator.steplog import chunk_rows, share_packing
 
@@ -201,11 +201,9 @@ class KVTransfer:
         reserve = getattr(drep.policy, "_watermark_blocks", 0)
         if need + reserve > drep.kv.num_blocks:
             prep.touch()
-            prep.kv.free(held)
-            req.status = Status.REJECTED
-            req.reject_reason = f"decode pool: needs {need} KV blocks > {drep.kv.num_blocks}"
-            req.finish_s = self.env.now
-            prep.num_rejected += 1
+            prep.kv.free(held)  # it left `running` at its first token: `reject` just records it
+            prep.reject(req, f"decode pool: needs {need} KV blocks > {drep.kv.num_blocks}",
+                        self.env.now)  # fmt: skip
             return
         self.queues[j].append((req, held, prep, self.env.now))
         self._pump(j)

@@ -375,8 +375,7 @@ class Replica:
                     self._take_arrivals_at(now)
                     continue
                 if env.now != now:  # SimPy's clock to this replica's first
-                    for delay in delays_to(env.now, now):
-                        yield timeout(delay)
+                    yield from self._wait_until(now)
                 yield from self._idle(plan)
                 now, ahead = env.now, self._ahead_bound(env.now)
                 continue
@@ -388,8 +387,7 @@ class Replica:
                     if env.now == start:
                         yield timeout(dt)
                     else:
-                        for delay in delays_to(env.now, now):
-                            yield timeout(delay)
+                        yield from self._wait_until(now)
                     if own is not None:
                         ahead = self._ahead_bound(now)
                 if own is not None:
@@ -401,8 +399,7 @@ class Replica:
             now = start + (run[-1][0] + run[-1][1] - start)  # as below, when not cut
             if now >= ahead:
                 if env.now != start:  # ahead: nobody cuts the run (`take_arrivals`)
-                    for delay in delays_to(env.now, now):
-                        yield timeout(delay)
+                    yield from self._wait_until(now)
                 else:
                     t = start
                     while True:
@@ -459,9 +456,15 @@ class Replica:
             # `_idle`'s timer, left pending when the arrival wakes it first: it changes nothing
             # when it fires, but it may be the run's last event (the clock at the end)
             env.timeout(wake_at - env.now)
-        for delay in delays_to(env.now, e):
-            yield env.timeout(delay)
+        yield from self._wait_until(e)
         self._take_arrivals_at(env.now)  # == e; SimPy's own clock object
+
+    def _wait_until(self, t: float):
+        """Wait until SimPy's clock reads ``t`` exactly (`delays_to`: one timeout, or two where
+        ``now + (t - now)`` would miss it)."""
+        env = self.env
+        for delay in delays_to(env.now, t):
+            yield env.timeout(delay)
 
     def _take_arrivals_at(self, now: float) -> None:
         """The arrivals at clock ``now``, which woke the idle loop (`_finale` may have taken

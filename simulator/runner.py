@@ -397,8 +397,10 @@ def _run_loop(env: simpy.Environment, replicas: list, until: float | None, progr
         if progress is None:
             env.run(until=until)
         else:
-            done = lambda: sum(r.num_finished + r.num_rejected for r in replicas)  # noqa: E731
-            _run_reporting(env, until, lambda: progress(env.now, done()))
+            _run_reporting(
+                env, until,
+                lambda: progress(env.now, sum(r.num_finished + r.num_rejected for r in replicas)),
+            )  # fmt: skip
 
 
 def gpu_record(gpu: GPUSpec) -> dict:
